@@ -1,0 +1,193 @@
+"""Turn a model reference into a transformers config.
+
+The order follows the TensorCast configuration flow:
+
+1. a path to a ``config.json`` or to a model directory holding one;
+2. the adapters' :func:`~infercast_adapters.hookspecs.infercast_resolve_config` hook, so
+   bundled architectures work offline;
+3. a hub id through transformers ``AutoConfig``, where a hub is reachable;
+4. when the native load fails, a retry with ``trust_remote_code=True``;
+5. when the remote config reports a model_type transformers implements natively
+   (``kimi_k2`` is ``deepseek_v3``), a native reload of the same values.
+
+``num_hidden_layers_override`` then shortens the language model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+from infercast_adapters.errors import ConfigError
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+    from infercast_adapters.manager import AdapterManager
+
+NATIVE_ALIASES: dict[str, str] = {
+    "kimi_k2": "deepseek_v3",  # Kimi-K2's remote code is DeepSeek-V3 under another name
+}
+"""Remote-code model types whose architecture transformers ships under another name."""
+
+
+def _config_mapping() -> Any:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    return CONFIG_MAPPING
+
+
+def native_model_type(model_type: str | None) -> str | None:
+    """The transformers-native model_type for ``model_type``, or None when there is none."""
+    if model_type is None:
+        return None
+    model_type = NATIVE_ALIASES.get(model_type, model_type)
+    return model_type if model_type in _config_mapping() else None
+
+
+def config_from_dict(values: dict[str, Any], *, source: str = "config") -> PretrainedConfig:
+    """Build a native transformers config from a ``config.json`` dictionary.
+
+    The user's dictionary is copied, never modified.
+    """
+    model_type = values.get("model_type")
+    if not model_type:
+        raise ConfigError(f"{source}: no 'model_type' field; a transformers config.json names its model_type")
+    native = native_model_type(model_type)
+    if native is None:
+        raise ConfigError(
+            f"{source}: model_type {model_type!r} is not implemented by the installed transformers "
+            "and has no native alias; pass a model directory with its remote code (auto_map) instead"
+        )
+    values = dict(values, model_type=native)
+    try:
+        return _config_mapping()[native].from_dict(values)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{source}: not a valid {native} config: {exc}") from exc
+
+
+def _read_json(file: Path) -> dict[str, Any]:
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {file}: {exc.strerror or exc}") from exc
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{file}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
+    if not isinstance(values, dict):
+        raise ConfigError(f"{file}: expected a JSON object, found {type(values).__name__}")
+    return values
+
+
+def _looks_like_path(model_ref: str) -> bool:
+    return model_ref.endswith(".json") or model_ref.startswith((".", "/", "~")) or Path(model_ref).exists()
+
+
+def load_local_config(path: str | Path) -> PretrainedConfig:
+    """Load a ``config.json`` file, or the one in a model directory."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise ConfigError(f"no such file or directory: {path}")
+    file = path / "config.json" if path.is_dir() else path
+    if not file.is_file():
+        raise ConfigError(f"{path} is a directory without a config.json")
+    values = _read_json(file)
+    if native_model_type(values.get("model_type")) is None and "auto_map" in values and path.is_dir():
+        from transformers import AutoConfig
+
+        remote = AutoConfig.from_pretrained(str(path), trust_remote_code=True)
+        return _native_reload(remote) or remote
+    return config_from_dict(values, source=str(file))
+
+
+def _native_reload(config: PretrainedConfig) -> PretrainedConfig | None:
+    native = native_model_type(getattr(config, "model_type", None))
+    if native is None:
+        return None
+    return config_from_dict(config.to_dict(), source=f"remote config {config.model_type!r}")
+
+
+def load_hub_config(model_ref: str) -> PretrainedConfig:
+    """Load from the hub: natively, else with remote code, reloading natively when possible."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(model_ref)
+    except ValueError as native_error:  # unknown model_type, or remote code required
+        try:
+            remote = AutoConfig.from_pretrained(model_ref, trust_remote_code=True)
+        except Exception as exc:
+            raise ConfigError(
+                f"{model_ref}: transformers could not load the config natively ({native_error}) "
+                f"nor with trust_remote_code ({exc})"
+            ) from exc
+        return _native_reload(remote) or remote
+
+
+def apply_num_hidden_layers_override(config: PretrainedConfig, num_hidden_layers: int) -> None:
+    """Shorten the language model (root config and ``text_config``) to ``num_hidden_layers``."""
+    if not isinstance(num_hidden_layers, int) or num_hidden_layers < 1:
+        raise ConfigError(f"num_hidden_layers_override must be a positive integer, got {num_hidden_layers!r}")
+    targets = [config]
+    text_config = getattr(config, "text_config", None)
+    if text_config is not None:
+        targets.append(text_config)
+    for target in targets:
+        if hasattr(target, "num_hidden_layers"):
+            target.num_hidden_layers = num_hidden_layers
+            layer_types = getattr(target, "layer_types", None)
+            if isinstance(layer_types, list):
+                target.layer_types = layer_types[:num_hidden_layers]
+            mlp_only = getattr(target, "mlp_only_layers", None)
+            if isinstance(mlp_only, list):
+                target.mlp_only_layers = [i for i in mlp_only if i < num_hidden_layers]
+
+
+def load_config(
+    model_ref: str,
+    *,
+    manager: AdapterManager | None = None,
+    num_hidden_layers_override: int | None = None,
+    known_models: Iterable[str] = (),
+) -> PretrainedConfig:
+    """Resolve ``model_ref`` (a path, an adapter's reference, or a hub id) to a fresh config.
+
+    :param manager: the adapter manager whose resolve hook is asked; None skips adapters.
+    :param num_hidden_layers_override: keep only this many decoder layers.
+    :param known_models: references to list in the error for an unknown model.
+    :raises ConfigError: a missing path, unreadable or invalid JSON, or an unknown model.
+    """
+    if not isinstance(model_ref, str) or not model_ref.strip():
+        raise ConfigError("no model given: pass a hub id, an alias, or a path to a config.json or model directory")
+    if _looks_like_path(model_ref):
+        config = load_local_config(model_ref)
+    else:
+        config = manager.resolve_config(model_ref) if manager is not None else None
+        if config is None:
+            try:
+                config = load_hub_config(model_ref)
+            except OSError as exc:
+                raise ConfigError(_unknown_model_message(model_ref, manager, known_models, exc)) from exc
+    if num_hidden_layers_override is not None:
+        apply_num_hidden_layers_override(config, num_hidden_layers_override)
+    return config
+
+
+def _unknown_model_message(model_ref: str, manager: AdapterManager | None, known_models: Iterable[str], exc: Exception) -> str:
+    model_types = sorted(manager.profiles()) if manager is not None else []
+    lines = [
+        f"unknown model {model_ref!r}: it is not a local path, no installed adapter resolves it, "
+        f"and the hub could not provide it ({type(exc).__name__}).",
+    ]
+    known = sorted(set(known_models))
+    if known:
+        lines.append(f"Models available offline: {', '.join(known)}.")
+    if model_types:
+        lines.append(f"Model types with an adapter profile: {', '.join(model_types)}.")
+    lines.append(
+        "To add one, pass the path to its config.json (or model directory), or install an adapter "
+        "plugin that implements infercast_resolve_config."
+    )
+    return " ".join(lines)

@@ -1,0 +1,105 @@
+"""Hook specifications of the infercast adapter contract.
+
+A plugin implements any subset of these functions, decorated with
+:data:`infercast_adapters.hookimpl`. Hooks are listed in the order a consumer calls them
+when it builds a model: profiles and draft layers at start-up, then config resolution,
+config patches (phase 1) and class patches (phase 2) for each model.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import pluggy
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+    from infercast_adapters.patching import Patch
+    from infercast_adapters.profile import ModelProfile
+
+hookspec = pluggy.HookspecMarker("infercast")
+
+# -------------------------------------------------------------------------------------------
+# start-up: what a plugin provides
+
+
+@hookspec
+def infercast_register_profiles(register: Callable[[ModelProfile], None]) -> None:
+    """Register the model families this plugin describes.
+
+    Called once, right after the plugin manager has loaded its plugins. Each profile is
+    validated when it is registered; an invalid profile, or a model_type another plugin
+    already registered, marks this plugin as failed (the others keep working).
+
+    :param register: call ``register(profile)`` once per
+        :class:`~infercast_adapters.profile.ModelProfile`.
+    :return: nothing; profiles go through ``register``.
+    """
+
+
+@hookspec
+def infercast_register_draft_layers(register: Callable[[str, type], None]) -> None:
+    """Register EAGLE3 draft decoder layers for target architectures.
+
+    Called once at start-up by consumers that build EAGLE3 draft models.
+
+    :param register: call ``register(target_model_type, layer_class)``; ``layer_class`` is
+        an ``nn.Module`` subclass constructed as ``layer_class(config, layer_idx)`` whose
+        forward takes ``(embeds, hidden_states, ...)`` and returns the new hidden states.
+    :return: nothing; layers go through ``register``.
+    """
+
+
+# -------------------------------------------------------------------------------------------
+# per model: resolve, then patch
+
+
+@hookspec(firstresult=True)
+def infercast_resolve_config(model_ref: str) -> PretrainedConfig | None:
+    """Turn a model reference into a transformers config without the hub.
+
+    Called by config loading after a local path has been ruled out and before the hub is
+    asked, so bundled architectures work offline. Stops at the first non-None result.
+
+    :param model_ref: what the user typed: a hub id (``moonshotai/Kimi-K2.5``) or an alias.
+    :return: a fresh config object the caller may modify, or None when the reference is not
+        this plugin's.
+    """
+
+
+@hookspec
+def infercast_patch_config(config: PretrainedConfig) -> None:
+    """Phase 1: normalise a config before any model class is touched.
+
+    Called once per loaded config, for every plugin; an implementation changes nothing unless
+    ``config.model_type`` is one it owns. Typical work: fill missing fields, replace an
+    attention implementation that needs an absent package, copy fields stored under
+    ``text_config`` to the root.
+
+    :param config: the config to modify in place; it belongs to the caller, never to the user.
+    :return: nothing.
+    """
+
+
+@hookspec
+def infercast_class_patches(config: PretrainedConfig) -> list[Patch] | None:
+    """Phase 2: return reversible patches to model classes for this config.
+
+    Called after phase 1 for every plugin. The consumer applies all returned patches inside
+    :func:`infercast_adapters.patching.patched` while it builds and runs the model, and the
+    originals come back on exit.
+
+    :param config: the phase-1-patched config of the model about to be built.
+    :return: a list of :class:`~infercast_adapters.patching.Patch`, each gated on the
+        model_type it is for, or None when this plugin has nothing for this config.
+    """
+
+
+def hook_names() -> list[str]:
+    """Names of every hook in this module, in definition order."""
+    return [name for name, obj in globals().items() if name.startswith("infercast_") and callable(obj)]
+
+
+__all__ = ["hookspec", "hook_names"] + hook_names()
+

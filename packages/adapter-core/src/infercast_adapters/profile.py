@@ -1,0 +1,116 @@
+"""ModelProfile: what a simulator needs to know about a model family, as data."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Mapping
+
+from infercast_adapters.errors import ProfileError
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DOTTED_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+ATTENTION_KINDS = ("gqa", "mla")
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """Module names, config keys and module paths of one model family (one ``model_type``).
+
+    Class names are matched against ``type(module).__name__`` of the transformers (or remote
+    code) model; paths are attribute paths from the top-level model object.
+    """
+
+    model_type: str
+    """The ``config.model_type`` this profile describes, e.g. ``"deepseek_v3"``."""
+    decoder_layer_class: str
+    """Class name of one decoder layer of the language model."""
+    attention_class: str
+    """Class name of the attention module inside a decoder layer."""
+    attention_kind: str = "gqa"
+    """``"gqa"`` (multi-head, grouped-query or multi-query) or ``"mla"`` (multi-head latent)."""
+    moe_class: str | None = None
+    """Class name of the sparse MoE block; None for dense models."""
+    vision_tower_class: str | None = None
+    """Class name of the vision encoder; None for text-only models."""
+    routed_experts_key: str | None = None
+    """Config key of the number of routed experts (``n_routed_experts``, ``num_experts``...)."""
+    shared_experts_key: str | None = None
+    """Config key of the number of shared experts; None when the family has none."""
+    text_config_key: str | None = None
+    """Config key of the language model's sub-config for multimodal models (``text_config``)."""
+    language_model_path: str = "model"
+    """Path of the language-model backbone (the module holding the decoder layers)."""
+    layers_path: str = "model.layers"
+    """Path of the ``ModuleList`` of decoder layers."""
+    vision_tower_path: str | None = None
+    """Path of the vision encoder."""
+    vision_blocks_path: str | None = None
+    """Path of the ``ModuleList`` of vision encoder blocks."""
+    field_overrides: Mapping[str, str] = field(default_factory=dict)
+    """Attribute names that differ from the transformers-native modules, canonical -> actual
+    (e.g. ``{"kv_a_proj_with_mqa": "kv_down_proj"}``)."""
+    moe_routing_after_dp_split: bool = False
+    """True when MoE routing runs on each data-parallel rank's tokens (DP attention + EP),
+    False when every rank routes the whole batch."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "field_overrides", MappingProxyType(dict(self.field_overrides)))
+
+    __hash__ = None  # type: ignore[assignment]  # field_overrides is a mapping
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe_class is not None
+
+    @property
+    def has_vision(self) -> bool:
+        return self.vision_tower_class is not None
+
+    def validate(self) -> None:
+        """Raise :class:`ProfileError` naming the first invalid field."""
+        if not isinstance(self.model_type, str) or not _IDENTIFIER.match(self.model_type):
+            raise ProfileError("model_type", f"{self.model_type!r} is not a model_type (letters, digits, '_')")
+        for name in ("decoder_layer_class", "attention_class", "moe_class", "vision_tower_class"):
+            value = getattr(self, name)
+            required = name in ("decoder_layer_class", "attention_class")
+            if value is None and not required:
+                continue
+            if not isinstance(value, str) or not _IDENTIFIER.match(value):
+                raise ProfileError(name, f"{value!r} is not a class name")
+        if self.attention_kind not in ATTENTION_KINDS:
+            raise ProfileError("attention_kind", f"{self.attention_kind!r}; valid: {', '.join(ATTENTION_KINDS)}")
+        for name in ("routed_experts_key", "shared_experts_key", "text_config_key"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not _IDENTIFIER.match(value)):
+                raise ProfileError(name, f"{value!r} is not a config key")
+        if self.moe_class is not None and self.routed_experts_key is None:
+            raise ProfileError("routed_experts_key", "required when moe_class is set")
+        if self.moe_class is None and (self.routed_experts_key or self.shared_experts_key):
+            raise ProfileError("moe_class", "expert-count keys are set but moe_class is None")
+        for name in ("language_model_path", "layers_path", "vision_tower_path", "vision_blocks_path"):
+            value = getattr(self, name)
+            if value is None and name.startswith("vision"):
+                continue
+            if not isinstance(value, str) or not _DOTTED_PATH.match(value):
+                raise ProfileError(name, f"{value!r} is not a dotted attribute path")
+        vision = (self.vision_tower_class, self.vision_tower_path, self.vision_blocks_path)
+        if any(v is not None for v in vision) and not all(v is not None for v in vision):
+            raise ProfileError(
+                "vision_tower_path",
+                "vision_tower_class, vision_tower_path and vision_blocks_path go together",
+            )
+        for key, value in self.field_overrides.items():
+            if not (isinstance(key, str) and isinstance(value, str) and _IDENTIFIER.match(key) and _IDENTIFIER.match(value)):
+                raise ProfileError("field_overrides", f"{key!r} -> {value!r} is not an attribute-name pair")
+        if not isinstance(self.moe_routing_after_dp_split, bool):
+            raise ProfileError("moe_routing_after_dp_split", f"{self.moe_routing_after_dp_split!r} is not a bool")
+
+    def field_name(self, canonical: str) -> str:
+        """The attribute name this family uses for a canonical (transformers-native) name."""
+        return self.field_overrides.get(canonical, canonical)
+
+    def to_dict(self) -> dict:
+        return {f.name: (dict(v) if isinstance(v := getattr(self, f.name), Mapping) else v) for f in fields(self)}

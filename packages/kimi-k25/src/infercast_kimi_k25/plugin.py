@@ -1,0 +1,1 @@
+"""Entry point of the Kimi-K2.5 adapter (hooks arrive with the adapter issue)."""

@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+
+import pytest
+from transformers import DeepseekV3Config, LlamaConfig
+
+from infercast_adapters import ConfigError, hookimpl
+from infercast_adapters import config as config_module
+from infercast_adapters.config import load_config
+from infercast_adapters.manager import AdapterManager
+
+LLAMA = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+         "intermediate_size": 512, "vocab_size": 1000}
+
+
+def write(path: Path, values) -> Path:
+    path.write_text(json.dumps(values))
+    return path
+
+
+def test_config_json_file_and_model_directory(tmp_path: Path) -> None:
+    file = write(tmp_path / "config.json", LLAMA)
+    for ref in (str(file), str(tmp_path)):
+        config = load_config(ref)
+        assert isinstance(config, LlamaConfig)
+        assert (config.hidden_size, config.num_hidden_layers) == (256, 4)
+
+
+def test_users_dict_and_file_are_not_changed(tmp_path: Path) -> None:
+    file = write(tmp_path / "config.json", LLAMA)
+    before = file.read_text()
+    load_config(str(file), num_hidden_layers_override=2)
+    assert file.read_text() == before
+
+
+def test_remote_model_type_with_native_alias_loads_natively(tmp_path: Path) -> None:
+    file = write(tmp_path / "config.json", {"model_type": "kimi_k2", "n_routed_experts": 384, "hidden_size": 7168})
+    config = load_config(str(file))
+    assert isinstance(config, DeepseekV3Config)
+    assert config.n_routed_experts == 384
+
+
+def test_missing_path(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such file or directory"):
+        load_config(str(tmp_path / "nope" / "config.json"))
+    with pytest.raises(ConfigError, match="without a config.json"):
+        load_config(str(tmp_path))
+
+
+def test_invalid_json_names_file_and_position(tmp_path: Path) -> None:
+    file = tmp_path / "config.json"
+    file.write_text('{\n  "model_type": "llama",\n  "hidden_size": ,\n}')
+    with pytest.raises(ConfigError) as info:
+        load_config(str(file))
+    assert str(file) in str(info.value) and "line 3" in str(info.value)
+
+
+def test_json_that_is_not_an_object_or_lacks_model_type(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="expected a JSON object"):
+        load_config(str(write(tmp_path / "a.json", [1, 2])))
+    with pytest.raises(ConfigError, match="no 'model_type'"):
+        load_config(str(write(tmp_path / "b.json", {"hidden_size": 3})))
+
+
+def test_adapter_resolve_hook_is_asked_before_the_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    def hub(*args, **kwargs):
+        raise AssertionError("the hub must not be asked")
+
+    monkeypatch.setattr("transformers.AutoConfig.from_pretrained", hub)
+    manager = AdapterManager()
+    manager.register(types.SimpleNamespace(infercast_resolve_config=hookimpl(
+        lambda model_ref: LlamaConfig(hidden_size=128) if model_ref == "org/bundled" else None)), "bundler")
+    assert load_config("org/bundled", manager=manager).hidden_size == 128
+
+
+def test_unknown_model_lists_known_types_and_how_to_add(monkeypatch: pytest.MonkeyPatch) -> None:
+    manager = AdapterManager()
+    manager.register(types.SimpleNamespace(infercast_register_profiles=hookimpl(lambda register: None)), "empty")
+    with pytest.raises(ConfigError) as info:
+        load_config("nobody/nothing-here", manager=manager, known_models=["deepseek-ai/DeepSeek-V3"])
+    message = str(info.value)
+    assert "'nobody/nothing-here'" in message
+    assert "deepseek-ai/DeepSeek-V3" in message
+    assert "infercast_resolve_config" in message
+
+
+def test_hub_flow_retries_with_remote_code_then_reloads_natively(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[bool] = []
+
+    class RemoteKimiK2Config:
+        model_type = "kimi_k2"
+
+        def to_dict(self):
+            return {"model_type": "kimi_k2", "n_routed_experts": 384}
+
+    def from_pretrained(ref, trust_remote_code=False):
+        calls.append(trust_remote_code)
+        if not trust_remote_code:
+            raise ValueError("requires trust_remote_code=True")
+        return RemoteKimiK2Config()
+
+    monkeypatch.setattr("transformers.AutoConfig.from_pretrained", from_pretrained)
+    config = config_module.load_hub_config("moonshotai/Kimi-K2-Instruct")
+    assert calls == [False, True]
+    assert isinstance(config, DeepseekV3Config) and config.n_routed_experts == 384
+
+
+def test_hub_flow_keeps_a_remote_config_with_no_native_equivalent(monkeypatch: pytest.MonkeyPatch) -> None:
+    remote = types.SimpleNamespace(model_type="brand_new_arch")
+
+    def from_pretrained(ref, trust_remote_code=False):
+        if not trust_remote_code:
+            raise ValueError("unrecognized")
+        return remote
+
+    monkeypatch.setattr("transformers.AutoConfig.from_pretrained", from_pretrained)
+    assert config_module.load_hub_config("org/new") is remote
+
+
+def test_num_hidden_layers_override_reaches_text_config() -> None:
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model("kimi_k25")
+    config_module.apply_num_hidden_layers_override(config, 3)
+    assert config.text_config.num_hidden_layers == 3
+    with pytest.raises(ConfigError, match="positive integer"):
+        config_module.apply_num_hidden_layers_override(config, 0)

@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+import types
+
+import pytest
+from transformers import LlamaConfig
+
+from infercast_adapters import ModelProfile, Patch, PluginError, hookimpl
+from infercast_adapters.manager import AdapterManager
+
+
+def plugin(**hooks) -> types.SimpleNamespace:
+    """A plugin object whose attributes are hook implementations."""
+    return types.SimpleNamespace(**{name: hookimpl(fn) for name, fn in hooks.items()})
+
+
+def profile(model_type: str, **changes) -> ModelProfile:
+    return ModelProfile(model_type=model_type, decoder_layer_class="Layer", attention_class="Attn", **changes)
+
+
+def test_profiles_are_collected_with_their_plugin() -> None:
+    manager = AdapterManager()
+    manager.register(plugin(infercast_register_profiles=lambda register: register(profile("alpha"))), "a")
+    manager.register(plugin(infercast_register_profiles=lambda register: register(profile("beta"))), "b")
+    profiles = manager.profiles()
+    assert {t: e.plugin for t, e in profiles.items()} == {"alpha": "a", "beta": "b"}
+    assert manager.profile_for("alpha").model_type == "alpha"
+    assert manager.profile_for("gamma") is None
+
+
+def test_invalid_profile_fails_only_its_plugin_and_names_plugin_and_field() -> None:
+    manager = AdapterManager()
+    manager.register(plugin(infercast_register_profiles=lambda register: register(profile("good"))), "good_plugin")
+    manager.register(
+        plugin(infercast_register_profiles=lambda register: register(profile("bad", attention_kind="nope"))),
+        "bad_plugin",
+    )
+    assert set(manager.profiles()) == {"good"}
+    (failure,) = manager.failures()
+    assert failure.name == "bad_plugin"
+    assert "bad_plugin" in failure.error and "attention_kind" in failure.error
+    assert [p.name for p in manager.plugins() if p.error is None] == ["good_plugin"]
+
+
+def test_two_plugins_claiming_one_model_type_names_both() -> None:
+    manager = AdapterManager()
+    manager.register(plugin(infercast_register_profiles=lambda register: register(profile("same"))), "first")
+    manager.register(plugin(infercast_register_profiles=lambda register: register(profile("same"))), "second")
+    manager.profiles()
+    (failure,) = manager.failures()
+    assert "first" in failure.error and "second" in failure.error and "'same'" in failure.error
+
+
+def test_register_with_unknown_hook_name_is_a_failure_not_a_crash() -> None:
+    manager = AdapterManager()
+    assert not manager.register(plugin(infercast_no_such_hook=lambda: None), "typo")
+    (failure,) = manager.failures()
+    assert failure.name == "typo" and "infercast_no_such_hook" in failure.error
+
+
+def test_blocked_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERCAST_DISABLE_PLUGINS", "x, y")
+    manager = AdapterManager()
+    assert not manager.register(plugin(infercast_register_profiles=lambda register: register(profile("t"))), "y")
+    assert manager.register(plugin(infercast_register_profiles=lambda register: register(profile("t"))), "z")
+    assert [p.name for p in manager.plugins()] == ["z"]
+
+
+def test_resolve_config_first_non_none_wins_and_last_registered_is_asked_first() -> None:
+    calls: list[str] = []
+
+    def answer(name, result):
+        def resolve(model_ref):
+            calls.append(name)
+            return result
+        return resolve
+
+    manager = AdapterManager()
+    manager.register(plugin(infercast_resolve_config=answer("early", LlamaConfig(hidden_size=64))), "early")
+    manager.register(plugin(infercast_resolve_config=answer("none", None)), "none")
+    config = manager.resolve_config("anything")
+    assert config.hidden_size == 64
+    assert calls == ["none", "early"]
+
+
+def test_patch_config_and_class_patches_collect_from_every_plugin() -> None:
+    class Owner:
+        x = 1
+
+    def patch_config(config):
+        if config.model_type == "llama":
+            config.demo_field = "set"
+
+    manager = AdapterManager()
+    manager.register(
+        plugin(
+            infercast_patch_config=patch_config,
+            infercast_class_patches=lambda config: [Patch(Owner, "x", 2, "llama")],
+        ),
+        "p1",
+    )
+    manager.register(plugin(infercast_class_patches=lambda config: None), "p2")
+    config = LlamaConfig()
+    manager.patch_config(config)
+    assert config.demo_field == "set"
+    assert [p.attribute for p in manager.class_patches(config)] == ["x"]
+
+
+def test_class_patches_must_be_patch_objects() -> None:
+    manager = AdapterManager()
+    manager.register(plugin(infercast_class_patches=lambda config: ["not a patch"]), "sloppy")
+    with pytest.raises(PluginError, match="sloppy"):
+        manager.class_patches(LlamaConfig())
+
+
+def test_a_crashing_hook_names_the_plugin_and_hook() -> None:
+    def boom(config):
+        raise KeyError("missing")
+
+    manager = AdapterManager()
+    manager.register(plugin(infercast_patch_config=boom), "crashy")
+    with pytest.raises(PluginError, match="'crashy' failed in hook infercast_patch_config"):
+        manager.patch_config(LlamaConfig())
+
+
+def test_draft_layers_registered_and_duplicates_fail() -> None:
+    class LayerA:
+        pass
+
+    class LayerB:
+        pass
+
+    manager = AdapterManager()
+    manager.register(plugin(infercast_register_draft_layers=lambda register: register("deepseek_v3", LayerA)), "a")
+    assert manager.draft_layers() == {"deepseek_v3": LayerA}
+    manager.register(plugin(infercast_register_draft_layers=lambda register: register("deepseek_v3", LayerB)), "b")
+    assert manager.draft_layers() == {"deepseek_v3": LayerA}
+    (failure,) = manager.failures()
+    assert failure.name == "b" and "'a'" in failure.error
+
+
+def test_plugin_info_lists_implemented_hooks() -> None:
+    manager = AdapterManager()
+    manager.register(
+        plugin(infercast_register_profiles=lambda register: None, infercast_resolve_config=lambda model_ref: None),
+        "two_hooks",
+        distribution="dist",
+        version="9",
+    )
+    (info,) = manager.plugins()
+    assert info.hooks == ("infercast_register_profiles", "infercast_resolve_config")
+    assert (info.distribution, info.version, info.error) == ("dist", "9", None)

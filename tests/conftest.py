@@ -1,0 +1,54 @@
+"""Shared fixtures: no hub, no stray plugin settings, and plugins made visible through real entry points."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+# huggingface_hub reads these when it is imported: set them before any test imports transformers.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+
+@pytest.fixture(autouse=True)
+def _offline_and_clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    monkeypatch.delenv("INFERCAST_DISABLE_PLUGINS", raising=False)
+    monkeypatch.delenv("INFERCAST_NO_PLUGIN_AUTOLOAD", raising=False)
+
+
+@pytest.fixture
+def entry_point_plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Install plugins as a real distribution on a temporary ``sys.path`` entry.
+
+    Call ``install({"entry_name": "module source" or None}, dist="demo-plugin")``; a None source
+    points the entry point at a module that does not exist (an import failure).
+    """
+    created: list[str] = []
+
+    def install(plugins: dict[str, str | None], dist: str = "demo-plugin", version: str = "1.2.3") -> None:
+        root = tmp_path / dist
+        root.mkdir()
+        info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+        lines = ["[infercast.adapters]"]
+        for entry, source in plugins.items():
+            module = f"_ic_test_{dist.replace('-', '_')}_{entry}"
+            if source is None:
+                module += "_missing"
+            else:
+                (root / f"{module}.py").write_text(textwrap.dedent(source))
+                created.append(module)
+            lines.append(f"{entry} = {module}")
+        (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+        monkeypatch.syspath_prepend(str(root))
+
+    yield install
+    for module in created:
+        sys.modules.pop(module, None)

@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from infercast_adapters.testing import AdapterConformance
+
+from infercast import builtin_models, cli, plugins
+from infercast.builtin_models import PLUGIN_NAME
+
+
+@pytest.fixture(autouse=True)
+def fresh_manager():
+    plugins.get_manager.cache_clear()
+    yield
+    plugins.get_manager.cache_clear()
+
+
+def run_json(capsys, *argv: str):
+    assert cli.main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_plugins_json_lists_builtins_and_their_hooks(capsys) -> None:
+    rows = {row["name"]: row for row in run_json(capsys, "plugins")}
+    builtin = rows[PLUGIN_NAME]
+    assert builtin["distribution"] == "infercast" and builtin["error"] is None
+    assert "infercast_register_profiles" in builtin["hooks"]
+
+
+def test_blocked_plugin_is_absent(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("INFERCAST_DISABLE_PLUGINS", PLUGIN_NAME)
+    names = {row["name"] for row in run_json(capsys, "plugins")}
+    assert PLUGIN_NAME not in names
+    assert "deepseek_v3" not in {row["model_type"] for row in run_json(capsys, "models")}
+
+
+def test_broken_plugin_is_listed_with_its_error_and_exit_is_zero(capsys, entry_point_plugins) -> None:
+    entry_point_plugins({"broken": None}, dist="broken-dist")
+    rows = {row["name"]: row for row in run_json(capsys, "plugins")}
+    assert "ModuleNotFoundError" in rows["broken"]["error"]
+    assert rows["broken"]["distribution"] == "broken-dist"
+    assert rows[PLUGIN_NAME]["error"] is None
+
+
+def test_models_lists_builtin_families_with_their_plugin(capsys) -> None:
+    rows = {row["model_type"]: row for row in run_json(capsys, "models")}
+    for model_type in ("deepseek_v3", "qwen3_moe", "qwen3", "llama", "mixtral"):
+        assert rows[model_type]["plugin"] == PLUGIN_NAME
+    assert rows["deepseek_v3"]["attention"] == "mla" and rows["deepseek_v3"]["moe"]
+    assert not rows["llama"]["moe"]
+
+
+def test_plain_table_output(capsys) -> None:
+    assert cli.main(["plugins"]) == 0
+    assert "infercast" in capsys.readouterr().out
+
+
+class TestBuiltinModelsConformance(AdapterConformance):
+    """The built-in plugin passes the same conformance kit as any adapter."""
+
+    plugin = builtin_models
+    plugin_name = PLUGIN_NAME
+    model_type = "deepseek_v3"
+    other_model_types = ("qwen2_moe", "glm4_moe")
+
+    def make_config(self, adapter_manager):
+        from transformers import AutoConfig
+
+        return AutoConfig.for_model("deepseek_v3")

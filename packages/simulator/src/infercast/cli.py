@@ -24,7 +24,7 @@ def _cmd_plugins(args: argparse.Namespace, console: Console) -> int:
         return 0
     table = Table(title="infercast plugins")
     for column in ("name", "distribution", "version", "hooks / error"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for info in infos:
         detail = f"[red]failed: {info.error}[/red]" if info.error else ", ".join(info.hooks)
         table.add_row(info.name, info.distribution or "-", info.version or "-", detail)
@@ -44,7 +44,7 @@ def _cmd_models(args: argparse.Namespace, console: Console) -> int:
         return 0
     table = Table(title="model types with a profile")
     for column in ("model_type", "plugin", "attention", "moe", "vision"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(row["model_type"], row["plugin"], row["attention"], "yes" if row["moe"] else "no",
                       "yes" if row["vision"] else "no")

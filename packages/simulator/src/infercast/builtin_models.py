@@ -47,3 +47,103 @@ PROFILES = (
 def infercast_register_profiles(register: Callable[[ModelProfile], None]) -> None:
     for profile in PROFILES:
         register(profile)
+
+
+# -------------------------------------------------------------------------------------------
+# Bundled architectures, written from the published config.json values of each model, so
+# that these references resolve with no hub.
+
+_DEEPSEEK_V3 = {
+    "model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"],
+    "vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+    "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128,
+    "n_shared_experts": 1, "n_routed_experts": 256, "num_experts_per_tok": 8, "routed_scaling_factor": 2.5,
+    "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128,
+    "n_group": 8, "topk_group": 4, "topk_method": "noaux_tc", "scoring_func": "sigmoid", "norm_topk_prob": True,
+    "first_k_dense_replace": 3, "moe_layer_freq": 1, "num_nextn_predict_layers": 1,
+    "max_position_embeddings": 163840, "rms_norm_eps": 1e-6, "hidden_act": "silu", "tie_word_embeddings": False,
+    "rope_theta": 10000.0,
+    "rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32,
+                     "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+    "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                            "weight_block_size": [128, 128]},
+}
+
+_QWEN3_235B = {
+    "model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"],
+    "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 12288, "moe_intermediate_size": 1536,
+    "num_hidden_layers": 94, "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 128,
+    "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": True, "decoder_sparse_step": 1,
+    "mlp_only_layers": [], "max_position_embeddings": 40960, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False,
+}
+
+_QWEN3_32B = {
+    "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
+    "vocab_size": 151936, "hidden_size": 5120, "intermediate_size": 25600, "num_hidden_layers": 64,
+    "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960,
+    "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+}
+
+_LLAMA_31_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 8192}
+
+_LLAMA_31_8B = {
+    "model_type": "llama", "architectures": ["LlamaForCausalLM"],
+    "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 131072,
+    "rope_theta": 500000.0, "rope_scaling": _LLAMA_31_ROPE, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+}
+
+_LLAMA_31_70B = dict(_LLAMA_31_8B, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                     num_attention_heads=64)
+
+_MIXTRAL_8X7B = {
+    "model_type": "mixtral", "architectures": ["MixtralForCausalLM"],
+    "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2,
+    "max_position_embeddings": 32768, "rope_theta": 1000000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+    "sliding_window": None,
+}
+
+BUNDLED: dict[str, dict] = {
+    "deepseek-ai/DeepSeek-V3": _DEEPSEEK_V3,
+    "deepseek-ai/DeepSeek-R1": _DEEPSEEK_V3,  # same architecture and quantization
+    "Qwen/Qwen3-235B-A22B": _QWEN3_235B,
+    "Qwen/Qwen3-32B": _QWEN3_32B,
+    "meta-llama/Llama-3.1-8B-Instruct": _LLAMA_31_8B,
+    "meta-llama/Llama-3.1-70B-Instruct": _LLAMA_31_70B,
+    "mistralai/Mixtral-8x7B-Instruct-v0.1": _MIXTRAL_8X7B,
+}
+
+ALIASES: dict[str, str] = {
+    "deepseek-v3": "deepseek-ai/DeepSeek-V3",
+    "deepseek-r1": "deepseek-ai/DeepSeek-R1",
+    "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
+    "qwen3-32b": "Qwen/Qwen3-32B",
+    "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
+    "meta-llama/Llama-3.1-8B": "meta-llama/Llama-3.1-8B-Instruct",
+    "llama-3.1-70b": "meta-llama/Llama-3.1-70B-Instruct",
+    "meta-llama/Llama-3.1-70B": "meta-llama/Llama-3.1-70B-Instruct",
+    "mixtral-8x7b": "mistralai/Mixtral-8x7B-Instruct-v0.1",
+    "mistralai/Mixtral-8x7B-v0.1": "mistralai/Mixtral-8x7B-Instruct-v0.1",
+}
+
+
+@hookimpl
+def infercast_resolve_config(model_ref: str):
+    from infercast_adapters.config import config_from_dict
+
+    ref = ALIASES.get(model_ref, ALIASES.get(model_ref.lower(), model_ref))
+    values = BUNDLED.get(ref)
+    if values is None:
+        return None
+    return config_from_dict(values, source=f"bundled {ref}")
+
+
+@hookimpl
+def infercast_register_devices(register) -> None:
+    from infercast.devices import BUILTIN_DEVICES
+
+    for device in BUILTIN_DEVICES:
+        register(device)

@@ -1,4 +1,4 @@
-"""The simulator's adapter manager: built-in plugins first, then installed entry points."""
+"""The simulator's adapter manager (built-ins first, then installed plugins) and devices."""
 
 from __future__ import annotations
 
@@ -6,14 +6,16 @@ import functools
 
 from infercast_adapters.manager import AdapterManager
 
-from infercast import __version__, builtin_models
+from infercast import __version__, builtin_models, hookspecs
+from infercast.devices import DeviceRegistry
 
 BUILTIN_PLUGINS = ((builtin_models.PLUGIN_NAME, builtin_models),)
 
 
 def new_manager() -> AdapterManager:
-    """A fresh manager with the built-ins registered and the entry points loaded."""
+    """A fresh manager with the simulator's hooks, the built-ins and the entry points loaded."""
     manager = AdapterManager()
+    manager.add_hookspecs(hookspecs)
     for name, plugin in BUILTIN_PLUGINS:
         manager.register(plugin, name, distribution="infercast", version=__version__)
     manager.load_entry_points()
@@ -24,3 +26,21 @@ def new_manager() -> AdapterManager:
 def get_manager() -> AdapterManager:
     """The process-wide manager (plugins are loaded once)."""
     return new_manager()
+
+
+def devices_from(manager: AdapterManager) -> DeviceRegistry:
+    registry = DeviceRegistry()
+    manager.pluggy_manager.hook.infercast_register_devices(register=registry.add)
+    return registry
+
+
+def get_devices() -> DeviceRegistry:
+    return devices_from(get_manager())
+
+
+def bundled_model_refs() -> list[str]:
+    """Model references that resolve offline through the built-ins and installed adapters."""
+    refs = list(builtin_models.BUNDLED)
+    for plugin in get_manager().pluggy_manager.get_plugins():
+        refs += list(getattr(plugin, "BUNDLED_REFS", ()))
+    return refs

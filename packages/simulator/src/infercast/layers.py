@@ -1,0 +1,430 @@
+"""Simulator layers: one rank's share of each module, calling the kernels an engine launches.
+
+They hold meta tensors of their per-rank weights (packed when quantized), so weight memory
+is read off the same objects the trace runs. Layouts follow sglang: MLA with a replicated
+fused QKV-down projection, heads split over TP, the absorbed form in decode; QKV fused for
+GQA; gate and up fused for MLPs; routed experts as a grouped GEMM; collectives where the
+engine puts them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+from torch import nn
+
+from infercast import ops  # noqa: F401  (registers torch.ops.infercast)
+from infercast.parallel import Parallel, Workload
+from infercast.quant import BF16, QuantPlan, QuantScheme
+
+OPS = torch.ops.infercast
+ACT_DTYPE = torch.bfloat16
+META = torch.device("meta")
+
+KV_DTYPES = {"bf16": torch.bfloat16, "auto": torch.bfloat16, "fp16": torch.float16, "fp8": torch.float8_e4m3fn,
+             "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+
+
+@dataclass(frozen=True)
+class SimContext:
+    """What every layer needs to shard and size itself."""
+
+    parallel: Parallel
+    workload: Workload
+    quant: QuantPlan
+    kv_cache_dtype: torch.dtype = torch.bfloat16
+
+    @property
+    def requests(self) -> int:
+        return self.workload.requests_per_rank(self.parallel)
+
+    @property
+    def tokens(self) -> int:
+        return self.workload.tokens_per_rank(self.parallel)
+
+
+class SimModule(nn.Module):
+    """A module whose weights are per-rank meta tensors listed in ``self.weights``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weights: dict[str, torch.Tensor] = {}
+        self.logical_params = 0
+        """Parameters of the unsharded module this rank holds a share of (0 if counted by a child)."""
+
+    def weight(self, name: str, shape: tuple[int, ...], dtype: torch.dtype = ACT_DTYPE) -> torch.Tensor:
+        tensor = torch.empty(*shape, dtype=dtype, device=META)
+        self.weights[name] = tensor
+        return tensor
+
+    def all_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        for prefix, module in self.named_modules():
+            if isinstance(module, SimModule):
+                for name, tensor in module.weights.items():
+                    yield f"{prefix}.{name}".lstrip("."), tensor
+
+    def weight_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for _, t in self.all_weights())
+
+    def total_logical_params(self) -> int:
+        return sum(m.logical_params for m in self.modules() if isinstance(m, SimModule))
+
+    def signature(self) -> tuple:
+        """Identical signatures trace identically (same classes, same per-rank shapes)."""
+        return tuple((type(m).__name__, tuple((n, tuple(t.shape), t.dtype) for n, t in m.weights.items()))
+                     for m in self.modules() if isinstance(m, SimModule))
+
+
+def _shard(size: int, parts: int, what: str) -> int:
+    if size % parts:
+        raise ValueError(f"{what}: {size} is not divisible by {parts}")
+    return size // parts
+
+
+class SimLinear(SimModule):
+    """One (possibly quantized, possibly TP-sharded) linear layer: y = x @ W.T."""
+
+    def __init__(self, in_features: int, out_features: int, scheme: QuantScheme, *, shard: str = "replicated",
+                 tp: int = 1) -> None:
+        super().__init__()
+        self.logical_params = in_features * out_features
+        if shard == "column":
+            out_features = _shard(out_features, tp, "column-parallel output")
+        elif shard == "row":
+            in_features = _shard(in_features, tp, "row-parallel input")
+        self.in_features, self.out_features, self.scheme = in_features, out_features, scheme
+        if scheme.packed:
+            per_int32 = 32 // scheme.weight_bits
+            self.weight("weight_packed", (out_features, math.ceil(in_features / per_int32)), torch.int32)
+            groups = math.ceil(in_features / (scheme.group_size or in_features))
+            self.weight("weight_scale", (out_features, groups), torch.bfloat16 if scheme.scale_bits == 16 else torch.uint8)
+        elif scheme.weight_bits == 8:
+            dtype = torch.float8_e4m3fn if scheme.compute_dtype == "fp8" else torch.int8
+            self.weight("weight", (out_features, in_features), dtype)
+            if scheme.block:
+                self.weight("weight_scale", (math.ceil(out_features / scheme.block[0]), math.ceil(in_features / scheme.block[1])), torch.float32)
+            else:
+                self.weight("weight_scale", (out_features, 1), torch.float32)
+        else:
+            self.weight("weight", (out_features, in_features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scheme = self.scheme
+        if scheme.weight_bits == 16:
+            return OPS.gemm(x, self.weights["weight"], scheme.compute_dtype)
+        if scheme.dynamic_activation:
+            OPS.quantize_activation(x, scheme.compute_dtype)
+        weight = self.weights["weight_packed"] if scheme.packed else self.weights["weight"]
+        return OPS.quant_gemm(x, weight, self.weights["weight_scale"], self.out_features, scheme.weight_bits,
+                              scheme.compute_dtype)
+
+
+class SimRMSNorm(SimModule):
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.logical_params = hidden_size
+        self.weight("weight", (hidden_size,))
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        if residual is None:
+            return OPS.rms_norm(x, self.weights["weight"])
+        return OPS.fused_add_rms_norm(x, residual, self.weights["weight"])
+
+
+class SimMLP(SimModule):
+    """Gated MLP: fused gate/up GEMM, SiLU-and-mul, down GEMM (no collective: the caller reduces)."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int, scheme: QuantScheme, tp: int) -> None:
+        super().__init__()
+        self.gate_up_proj = SimLinear(hidden_size, 2 * intermediate_size, scheme, shard="column", tp=tp)
+        self.down_proj = SimLinear(intermediate_size, hidden_size, scheme, shard="row", tp=tp)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(OPS.silu_and_mul(self.gate_up_proj(x)))
+
+
+class SimGQAAttention(SimModule):
+    """Multi-head / grouped-query attention with a paged KV cache."""
+
+    def __init__(self, ctx: SimContext, *, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int,
+                 qk_norm: bool, bias: bool = False) -> None:
+        super().__init__()
+        tp = ctx.parallel.tp
+        self.ctx = ctx
+        self.heads = _shard(num_heads, tp, "attention heads")
+        self.kv_heads = max(1, num_kv_heads // tp)  # KV heads are replicated when TP exceeds them
+        self.head_dim = head_dim
+        self.qkv_proj = SimLinear(hidden_size, (self.heads + 2 * self.kv_heads) * head_dim, ctx.quant.dense)
+        self.qkv_proj.logical_params = hidden_size * (num_heads + 2 * num_kv_heads) * head_dim
+        self.o_proj = SimLinear(num_heads * head_dim, hidden_size, ctx.quant.dense, shard="row", tp=tp)
+        self.q_norm = SimRMSNorm(head_dim) if qk_norm else None
+        self.k_norm = SimRMSNorm(head_dim) if qk_norm else None
+
+    def kv_bytes_per_token(self) -> int:
+        return 2 * self.kv_heads * self.head_dim * self.ctx.kv_cache_dtype.itemsize
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ctx, T = self.ctx, x.shape[0]
+        qkv = self.qkv_proj(x)
+        q, k, v = qkv.split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], -1)
+        q = q.view(T, self.heads, self.head_dim)
+        k = k.view(T, self.kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = OPS.rope(q, k)
+        OPS.kv_cache_write(torch.cat([k.reshape(T, -1), v], -1), str(ctx.kv_cache_dtype))
+        cached = ctx.requests * ctx.workload.kv_length
+        k_cache = torch.empty(cached, self.kv_heads, self.head_dim, dtype=ctx.kv_cache_dtype, device=META)
+        out = OPS.attention(q, k_cache, k_cache, ctx.requests, ctx.workload.query_length, ctx.workload.kv_length, True)
+        return self.o_proj(out.reshape(T, self.heads * self.head_dim))
+
+
+class SimMLAAttention(SimModule):
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2.5).
+
+    Decode runs the absorbed form: q_nope is multiplied into the latent space (bmm with W_UK),
+    attention runs over the 576-wide latent cache, and the output leaves through W_UV (bmm).
+    Prefill runs the expanded form: kv_b_proj expands every cached latent to K and V.
+    """
+
+    def __init__(self, ctx: SimContext, *, hidden_size: int, num_heads: int, q_lora_rank: int | None,
+                 kv_lora_rank: int, qk_nope_head_dim: int, qk_rope_head_dim: int, v_head_dim: int) -> None:
+        super().__init__()
+        tp = ctx.parallel.tp
+        self.ctx = ctx
+        self.heads = _shard(num_heads, tp, "attention heads")
+        self.kv_lora_rank, self.nope, self.rope_dim, self.v_dim = kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim
+        self.q_lora_rank = q_lora_rank
+        dense = ctx.quant.dense
+        qk_head = qk_nope_head_dim + qk_rope_head_dim
+        down = (q_lora_rank or 0) + kv_lora_rank + qk_rope_head_dim
+        self.fused_qkv_a_proj = SimLinear(hidden_size, down, dense)  # replicated, as sglang does
+        if q_lora_rank:
+            self.q_a_layernorm = SimRMSNorm(q_lora_rank)
+            self.q_b_proj = SimLinear(q_lora_rank, num_heads * qk_head, dense, shard="column", tp=tp)
+        else:
+            self.q_proj = SimLinear(hidden_size, num_heads * qk_head, dense, shard="column", tp=tp)
+        self.kv_a_layernorm = SimRMSNorm(kv_lora_rank)
+        self.kv_b_proj = SimLinear(kv_lora_rank, num_heads * (qk_nope_head_dim + v_head_dim), BF16, shard="column", tp=tp)
+        # The absorbed decode path reads kv_b_proj as two per-head matrices (same bytes, views).
+        kv_b = self.kv_b_proj.weights["weight"].view(self.heads, qk_nope_head_dim + v_head_dim, kv_lora_rank)
+        self.w_kc = kv_b[:, :qk_nope_head_dim, :]                     # [H, nope, latent]
+        self.w_vc = kv_b[:, qk_nope_head_dim:, :].transpose(1, 2)     # [H, latent, v]
+        self.o_proj = SimLinear(num_heads * v_head_dim, hidden_size, dense, shard="row", tp=tp)
+
+    @property
+    def latent_width(self) -> int:
+        return self.kv_lora_rank + self.rope_dim
+
+    def kv_bytes_per_token(self) -> int:
+        return self.latent_width * self.ctx.kv_cache_dtype.itemsize
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ctx, T = self.ctx, x.shape[0]
+        down = self.fused_qkv_a_proj(x)
+        if self.q_lora_rank:
+            q_lat, latent = down.split([self.q_lora_rank, self.latent_width], -1)
+            q = self.q_b_proj(self.q_a_layernorm(q_lat))
+        else:
+            latent = down
+            q = self.q_proj(x)
+        q = q.view(T, self.heads, self.nope + self.rope_dim)
+        q_nope, q_pe = q.split([self.nope, self.rope_dim], -1)
+        kv_c, k_pe = latent.split([self.kv_lora_rank, self.rope_dim], -1)
+        kv_c = self.kv_a_layernorm(kv_c)
+        q_pe, k_pe = OPS.rope(q_pe, k_pe)
+        OPS.kv_cache_write(latent, str(ctx.kv_cache_dtype))
+        requests, kv_len = ctx.requests, ctx.workload.kv_length
+        if ctx.workload.decode:
+            q_absorbed = torch.bmm(q_nope.transpose(0, 1), self.w_kc)                 # [H, T, latent]
+            q_full = torch.cat([q_absorbed.transpose(0, 1), q_pe], -1)                 # [T, H, 576]
+            cache = torch.empty(requests * kv_len, self.latent_width, dtype=ctx.kv_cache_dtype, device=META)
+            out_latent = OPS.mla_attention(q_full, cache, requests, ctx.workload.query_length, kv_len, self.kv_lora_rank)
+            out = torch.bmm(out_latent.transpose(0, 1), self.w_vc).transpose(0, 1)     # [T, H, v]
+        else:
+            cached_latent = torch.empty(requests * kv_len, self.kv_lora_rank, dtype=ACT_DTYPE, device=META)
+            kv = self.kv_b_proj(cached_latent).view(requests * kv_len, self.heads, self.nope + self.v_dim)
+            k_nope, v = kv.split([self.nope, self.v_dim], -1)
+            k = torch.cat([k_nope, k_pe.new_empty(requests * kv_len, 1, self.rope_dim).expand(-1, self.heads, -1)], -1)
+            q_full = torch.cat([q_nope, q_pe], -1)
+            out = OPS.attention(q_full, k, v, requests, ctx.workload.query_length, kv_len, True)
+        return self.o_proj(out.reshape(T, self.heads * self.v_dim))
+
+
+@dataclass(frozen=True)
+class MoEShape:
+    num_experts: int
+    top_k: int
+    hidden_size: int
+    expert_intermediate_size: int
+    shared_intermediate_size: int
+    router: str
+
+
+def expected_active_experts(num_experts: int, top_k: int, routed_tokens: int, local_experts: int) -> float:
+    """Expected distinct local experts hit when ``routed_tokens`` tokens each pick ``top_k``
+    distinct experts uniformly (the balanced-routing assumption): a given expert is missed
+    by one token with probability 1 - k/E, by all of them with (1 - k/E)^T."""
+    if routed_tokens <= 0:
+        return 0.0
+    return local_experts * (1.0 - (1.0 - top_k / num_experts) ** routed_tokens)
+
+
+class SimMoE(SimModule):
+    """Router, top-k routing, routed experts as grouped GEMMs (EP all-to-all when ``ep > 1``),
+    and shared experts.
+
+    Routing assumption: balanced (every expert equally likely), stated in the report.
+    """
+
+    routing_assumption = "balanced: each token picks top-k experts uniformly at random"
+
+    def __init__(self, ctx: SimContext, shape: MoEShape) -> None:
+        super().__init__()
+        p = ctx.parallel
+        self.ctx, self.shape = ctx, shape
+        self.local_experts = shape.num_experts // p.ep
+        self.gate = SimLinear(shape.hidden_size, shape.num_experts, BF16)
+        scheme = ctx.quant.routed_experts
+        inter = _shard(shape.expert_intermediate_size, p.moe_tp, "expert intermediate size")
+        self.w13 = _ExpertWeights(self.local_experts, 2 * inter, shape.hidden_size, scheme)
+        self.w2 = _ExpertWeights(self.local_experts, shape.hidden_size, inter, scheme)
+        self.w13.logical_params = shape.num_experts * 2 * shape.expert_intermediate_size * shape.hidden_size
+        self.w2.logical_params = shape.num_experts * shape.expert_intermediate_size * shape.hidden_size
+        self.shared_experts = None
+        if shape.shared_intermediate_size:
+            shared_tp = p.tp if (p.ep == 1 or p.shared_expert_tp) else 1
+            self.shared_experts = SimMLP(shape.hidden_size, shape.shared_intermediate_size, ctx.quant.dense, shared_tp)
+
+    def routed_tokens_seen(self, tokens: int) -> int:
+        """Tokens whose routing decides which of this rank's experts are read."""
+        return tokens * self.ctx.parallel.ep if self.ctx.parallel.ep > 1 else tokens
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        p, s = self.ctx.parallel, self.shape
+        T = x.shape[0]
+        weights, ids = OPS.moe_route(self.gate(x), s.top_k, s.router)
+        rows = T * s.top_k  # (token, expert) pairs this rank sends; balanced EP receives as many
+        active = expected_active_experts(s.num_experts, s.top_k, self.routed_tokens_seen(T), self.local_experts)
+        routed = x.new_empty(rows, s.hidden_size)
+        if p.ep > 1:
+            routed = OPS.all_to_all(routed, rows, p.ep, "ep", "dispatch")
+        h = self.w13(routed, active)
+        h = self.w2(OPS.silu_and_mul(h), active)
+        if p.ep > 1:
+            h = OPS.all_to_all(h, rows, p.ep, "ep", "combine")
+            if p.moe_tp > 1:
+                h = OPS.all_reduce(h, p.moe_tp, "moe_tp")
+        out = OPS.moe_combine(h, T, s.top_k)
+        if self.shared_experts is not None:
+            if p.ep > 1 and p.shared_expert_tp and p.tp > 1:
+                gathered = OPS.all_gather(x, p.tp, "attn_tp")
+                shared = OPS.reduce_scatter(self.shared_experts(gathered), p.tp, "attn_tp")
+            else:
+                shared = self.shared_experts(x)
+            out = out + shared
+        return out
+
+
+class _ExpertWeights(SimModule):
+    """Every local expert's weight for one projection, stacked: [E_local, N, K] (packed when quantized)."""
+
+    def __init__(self, experts: int, out_features: int, in_features: int, scheme: QuantScheme) -> None:
+        super().__init__()
+        self.scheme, self.out_features = scheme, out_features
+        if scheme.packed:
+            self.weight("weight_packed", (experts, out_features, math.ceil(in_features * scheme.weight_bits / 32)), torch.int32)
+            self.weight("weight_scale", (experts, out_features, math.ceil(in_features / (scheme.group_size or in_features))),
+                        torch.bfloat16 if scheme.scale_bits == 16 else torch.uint8)
+        elif scheme.weight_bits == 8:
+            self.weight("weight_packed", (experts, out_features, in_features),
+                        torch.float8_e4m3fn if scheme.compute_dtype == "fp8" else torch.int8)
+            block = scheme.block or (out_features, in_features)
+            self.weight("weight_scale", (experts, math.ceil(out_features / block[0]), math.ceil(in_features / block[1])), torch.float32)
+        else:
+            self.weight("weight_packed", (experts, out_features, in_features))
+            self.weight("weight_scale", (experts, 0, 0))
+
+    def forward(self, x: torch.Tensor, active_experts: float) -> torch.Tensor:
+        if self.scheme.dynamic_activation:
+            OPS.quantize_activation(x, self.scheme.compute_dtype)
+        return OPS.grouped_gemm(x, self.weights["weight_packed"], self.weights["weight_scale"], self.out_features,
+                                float(active_experts), self.scheme.weight_bits, self.scheme.compute_dtype)
+
+
+class SimDecoderLayer(SimModule):
+    """Pre-norm decoder layer with the engine's collectives between attention and MLP."""
+
+    def __init__(self, ctx: SimContext, attn: SimModule, mlp: SimModule, hidden_size: int, index: int) -> None:
+        super().__init__()
+        self.ctx, self.index = ctx, index
+        self.input_layernorm = SimRMSNorm(hidden_size)
+        self.self_attn = attn
+        self.post_attention_layernorm = SimRMSNorm(hidden_size)
+        self.mlp = mlp
+
+    @property
+    def is_moe(self) -> bool:
+        return isinstance(self.mlp, SimMoE)
+
+    def forward(self, h: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        p = self.ctx.parallel
+        h, residual = self.input_layernorm(h, residual)
+        a = self.self_attn(h)
+        scatter = self.is_moe and p.ep > 1 and p.tp > 1
+        if scatter:  # DP attention with attention-TP: each rank routes 1/tp of the tokens
+            a = OPS.reduce_scatter(a, p.tp, "attn_tp")
+            residual = residual[: a.shape[0]]
+        elif p.tp > 1:
+            a = OPS.all_reduce(a, p.tp, "attn_tp")
+        h, residual = self.post_attention_layernorm(a, residual)
+        m = self.mlp(h)
+        if scatter:
+            m = OPS.all_gather(m, p.tp, "attn_tp")
+            residual = m.new_empty(m.shape)
+        elif p.tp > 1 and not (self.is_moe and p.ep > 1):
+            m = OPS.all_reduce(m, p.tp, "attn_tp")
+        return m, residual
+
+
+class SimEmbedding(SimModule):
+    """Vocabulary-parallel embedding: each TP rank holds vocab/TP rows, then an all-reduce."""
+
+    def __init__(self, ctx: SimContext, vocab_size: int, hidden_size: int) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.logical_params = vocab_size * hidden_size
+        self.weight("weight", (math.ceil(vocab_size / ctx.parallel.tp), hidden_size))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = OPS.embedding(ids, self.weights["weight"])
+        if self.ctx.parallel.tp > 1:
+            h = OPS.all_reduce(h, self.ctx.parallel.tp, "attn_tp")
+        return h
+
+
+class SimLMHead(SimModule):
+    """Final norm, last-token selection, vocabulary-parallel lm_head and the logits all-gather."""
+
+    def __init__(self, ctx: SimContext, vocab_size: int, hidden_size: int) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.norm = SimRMSNorm(hidden_size)
+        self.lm_head = SimLinear(hidden_size, vocab_size if vocab_size % ctx.parallel.tp == 0 else
+                                 math.ceil(vocab_size / ctx.parallel.tp) * ctx.parallel.tp,
+                                 ctx.quant.lm_head, shard="column", tp=ctx.parallel.tp)
+        self.lm_head.logical_params = vocab_size * hidden_size
+
+    def forward(self, h: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        h, _ = self.norm(h, residual)
+        ctx = self.ctx
+        last = ctx.requests * (ctx.workload.query_length if ctx.workload.decode else 1)
+        if last != h.shape[0]:
+            h = h[torch.arange(last, device=META)]
+        logits = self.lm_head(h)
+        if ctx.parallel.tp > 1:
+            logits = OPS.all_gather(logits, ctx.parallel.tp, "attn_tp")
+        return logits

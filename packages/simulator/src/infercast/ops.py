@@ -1,0 +1,240 @@
+"""Semantic operators: what a serving engine launches as one kernel.
+
+Each is a ``torch.library`` custom op in the ``infercast`` namespace with a fake (meta)
+kernel only: the simulator never computes, it records shapes. Scalar arguments carry what
+shapes cannot (sequence counts, group sizes, quantization), so each cost formula in
+:mod:`infercast.cost` has everything it needs from one recorded call.
+"""
+
+from __future__ import annotations
+
+import torch
+
+NAMESPACE = "infercast"
+
+
+# -- GEMMs -------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("infercast::gemm", mutates_args=())
+def gemm(x: torch.Tensor, weight: torch.Tensor, compute_dtype: str) -> torch.Tensor:
+    """``x @ weight.T`` with a dense (bf16/fp16/fp8) weight of shape [N, K]."""
+    raise NotImplementedError
+
+
+@gemm.register_fake
+def _(x, weight, compute_dtype):
+    return x.new_empty(*x.shape[:-1], weight.shape[0])
+
+
+@torch.library.custom_op("infercast::quant_gemm", mutates_args=())
+def quant_gemm(
+    x: torch.Tensor, weight_packed: torch.Tensor, scale: torch.Tensor, out_features: int, bits: int, compute_dtype: str
+) -> torch.Tensor:
+    """GEMM reading a packed low-bit weight ([N, K*bits/32] int32) and its group scales."""
+    raise NotImplementedError
+
+
+@quant_gemm.register_fake
+def _(x, weight_packed, scale, out_features, bits, compute_dtype):
+    return x.new_empty(*x.shape[:-1], out_features)
+
+
+@torch.library.custom_op("infercast::grouped_gemm", mutates_args=())
+def grouped_gemm(
+    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, out_features: int, active_experts: float, bits: int,
+    compute_dtype: str,
+) -> torch.Tensor:
+    """MoE expert GEMM over routed rows ``x`` [rows, K]; ``weight`` holds every local expert
+    ([E_local, N, K'] packed or dense); ``active_experts`` of them are read (expected count)."""
+    raise NotImplementedError
+
+
+@grouped_gemm.register_fake
+def _(x, weight, scale, out_features, active_experts, bits, compute_dtype):
+    return x.new_empty(x.shape[0], out_features)
+
+
+@torch.library.custom_op("infercast::quantize_activation", mutates_args=())
+def quantize_activation(x: torch.Tensor, dtype: str) -> torch.Tensor:
+    """Per-token dynamic quantization of activations before a W8A8/W4A8/FP8 GEMM."""
+    raise NotImplementedError
+
+
+@quantize_activation.register_fake
+def _(x, dtype):
+    return torch.empty_like(x, dtype=torch.int8)
+
+
+# -- attention ---------------------------------------------------------------------------
+
+
+@torch.library.custom_op("infercast::attention", mutates_args=())
+def attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, num_seqs: int, q_len: int, kv_len: int, causal: bool
+) -> torch.Tensor:
+    """Paged/flash attention: q [T, Hq, D] over each sequence's kv_len cached tokens
+    (caches [num_seqs*kv_len, Hkv, D]); ``causal`` within the q_len new tokens."""
+    raise NotImplementedError
+
+
+@attention.register_fake
+def _(q, k_cache, v_cache, num_seqs, q_len, kv_len, causal):
+    return q.new_empty(q.shape[0], q.shape[1], v_cache.shape[-1])
+
+
+@torch.library.custom_op("infercast::mla_attention", mutates_args=())
+def mla_attention(
+    q: torch.Tensor, latent_cache: torch.Tensor, num_seqs: int, q_len: int, kv_len: int, v_head_dim: int
+) -> torch.Tensor:
+    """MLA decode in the absorbed form: q [T, H, kv_lora_rank + rope] against the shared
+    latent cache [num_seqs*kv_len, kv_lora_rank + rope]; output [T, H, kv_lora_rank]."""
+    raise NotImplementedError
+
+
+@mla_attention.register_fake
+def _(q, latent_cache, num_seqs, q_len, kv_len, v_head_dim):
+    return q.new_empty(q.shape[0], q.shape[1], v_head_dim)
+
+
+@torch.library.custom_op("infercast::kv_cache_write", mutates_args=())
+def kv_cache_write(new: torch.Tensor, cache_dtype: str) -> torch.Tensor:
+    """Store the step's new K/V (or MLA latent) rows into the paged cache."""
+    raise NotImplementedError
+
+
+@kv_cache_write.register_fake
+def _(new, cache_dtype):
+    return new.new_empty(0)
+
+
+@torch.library.custom_op("infercast::rope", mutates_args=())
+def rope(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotary embedding applied to q and k in one kernel."""
+    raise NotImplementedError
+
+
+@rope.register_fake
+def _(q, k):
+    return torch.empty_like(q), torch.empty_like(k)
+
+
+# -- elementwise kernels engines fuse ----------------------------------------------------
+
+
+@torch.library.custom_op("infercast::rms_norm", mutates_args=())
+def rms_norm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    raise NotImplementedError
+
+
+@rms_norm.register_fake
+def _(x, weight):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("infercast::fused_add_rms_norm", mutates_args=())
+def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Residual add followed by RMSNorm; returns (normed, new residual)."""
+    raise NotImplementedError
+
+
+@fused_add_rms_norm.register_fake
+def _(x, residual, weight):
+    return torch.empty_like(x), torch.empty_like(residual)
+
+
+@torch.library.custom_op("infercast::silu_and_mul", mutates_args=())
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """``silu(x[..., :n]) * x[..., n:]`` for the fused gate/up projection output."""
+    raise NotImplementedError
+
+
+@silu_and_mul.register_fake
+def _(x):
+    return x.new_empty(*x.shape[:-1], x.shape[-1] // 2)
+
+
+@torch.library.custom_op("infercast::embedding", mutates_args=())
+def embedding(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    raise NotImplementedError
+
+
+@embedding.register_fake
+def _(ids, weight):
+    return weight.new_empty(ids.shape[0], weight.shape[1])
+
+
+# -- MoE ---------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("infercast::moe_route", mutates_args=())
+def moe_route(logits: torch.Tensor, top_k: int, router: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k expert selection (softmax or sigmoid, grouped or not): weights and ids [T, k]."""
+    raise NotImplementedError
+
+
+@moe_route.register_fake
+def _(logits, top_k, router):
+    return logits.new_empty(logits.shape[0], top_k, dtype=torch.float32), logits.new_empty(
+        logits.shape[0], top_k, dtype=torch.int32
+    )
+
+
+@torch.library.custom_op("infercast::moe_combine", mutates_args=())
+def moe_combine(expert_out: torch.Tensor, num_tokens: int, top_k: int) -> torch.Tensor:
+    """Weighted sum of each token's top-k expert outputs back into token order."""
+    raise NotImplementedError
+
+
+@moe_combine.register_fake
+def _(expert_out, num_tokens, top_k):
+    return expert_out.new_empty(num_tokens, expert_out.shape[-1])
+
+
+# -- collectives -------------------------------------------------------------------------
+
+
+@torch.library.custom_op("infercast::all_reduce", mutates_args=())
+def all_reduce(x: torch.Tensor, group_size: int, group: str) -> torch.Tensor:
+    raise NotImplementedError
+
+
+@all_reduce.register_fake
+def _(x, group_size, group):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("infercast::all_gather", mutates_args=())
+def all_gather(x: torch.Tensor, group_size: int, group: str) -> torch.Tensor:
+    """Concatenate every rank's ``x`` along dim 0 (or the last dim for logits)."""
+    raise NotImplementedError
+
+
+@all_gather.register_fake
+def _(x, group_size, group):
+    return x.new_empty(x.shape[0] * group_size, *x.shape[1:])
+
+
+@torch.library.custom_op("infercast::reduce_scatter", mutates_args=())
+def reduce_scatter(x: torch.Tensor, group_size: int, group: str) -> torch.Tensor:
+    raise NotImplementedError
+
+
+@reduce_scatter.register_fake
+def _(x, group_size, group):
+    return x.new_empty(max(1, -(-x.shape[0] // group_size)), *x.shape[1:])
+
+
+@torch.library.custom_op("infercast::all_to_all", mutates_args=())
+def all_to_all(x: torch.Tensor, out_rows: int, group_size: int, group: str, phase: str) -> torch.Tensor:
+    """EP dispatch (tokens to their experts' ranks) or combine (back); ``x`` is what this rank
+    sends, ``out_rows`` what it receives."""
+    raise NotImplementedError
+
+
+@all_to_all.register_fake
+def _(x, out_rows, group_size, group, phase):
+    return x.new_empty(out_rows, *x.shape[1:])
+
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")

@@ -1,0 +1,127 @@
+"""Quantization of linear layers: the ``--quantize-linear-action`` choices and checkpoint defaults."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from infercast_adapters import InfercastError
+
+
+@dataclass(frozen=True)
+class QuantScheme:
+    """How one linear layer's weight is stored and what its GEMM computes in."""
+
+    name: str
+    weight_bits: int
+    group_size: int | None
+    """Weights per scale (None: per-channel or, for 16-bit weights, no scale)."""
+    compute_dtype: str
+    """Tensor-core dtype of the GEMM: ``bf16``, ``fp8``, ``int8`` or ``fp4``."""
+    dynamic_activation: bool = False
+    """Activations are quantized per token at run time (an extra small kernel)."""
+    scale_bits: int = 16
+    block: tuple[int, int] | None = None
+    """2-D weight-scale block (FP8 128x128) instead of 1-D groups."""
+
+    @property
+    def packed(self) -> bool:
+        return self.weight_bits < 8
+
+    def weight_bytes(self, out_features: int, in_features: int) -> float:
+        """Stored bytes of one [out, in] weight including its scales."""
+        values = out_features * in_features
+        scales = 0.0
+        if self.block is not None:
+            scales = -(-out_features // self.block[0]) * -(-in_features // self.block[1])
+        elif self.group_size:
+            scales = out_features * -(-in_features // self.group_size)
+        elif self.weight_bits < 16:
+            scales = out_features  # per-channel
+        return values * self.weight_bits / 8 + scales * self.scale_bits / 8
+
+
+BF16 = QuantScheme("BF16", 16, None, "bf16")
+SCHEMES: dict[str, QuantScheme] = {
+    s.name: s
+    for s in (
+        BF16,
+        QuantScheme("W8A16", 8, None, "bf16"),
+        QuantScheme("W8A8_DYNAMIC", 8, None, "int8", dynamic_activation=True),
+        QuantScheme("W8A8_STATIC", 8, None, "int8"),
+        QuantScheme("W4A8_DYNAMIC", 4, 128, "int8", dynamic_activation=True),
+        QuantScheme("W4A16", 4, 128, "bf16"),
+        QuantScheme("FP8", 8, None, "fp8", dynamic_activation=True, scale_bits=32, block=(128, 128)),
+        QuantScheme("MXFP4", 4, 32, "fp4", scale_bits=8),
+    )
+}
+ACTIONS = tuple(SCHEMES)
+
+
+def scheme(name: str) -> QuantScheme:
+    try:
+        return SCHEMES[name.upper()]
+    except KeyError:
+        raise InfercastError(f"unknown --quantize-linear-action {name!r}. Valid: {', '.join(ACTIONS)}") from None
+
+
+@dataclass(frozen=True)
+class QuantPlan:
+    """Which scheme each kind of linear layer gets."""
+
+    routed_experts: QuantScheme
+    dense: QuantScheme
+    """Attention projections, dense MLPs and shared experts."""
+    lm_head: QuantScheme = BF16
+    source: str = "default"
+
+    def describe(self) -> str:
+        if self.routed_experts == self.dense:
+            return f"{self.dense.name} ({self.source})"
+        return f"routed experts {self.routed_experts.name}, other linears {self.dense.name} ({self.source})"
+
+
+def _matches(patterns: list[str], name: str) -> bool:
+    for pattern in patterns:
+        if pattern.startswith("re:") and re.match(pattern[3:], name):
+            return True
+        if pattern == name:
+            return True
+    return False
+
+
+def plan_from_checkpoint(quantization_config: Any) -> QuantPlan:
+    """The plan a checkpoint's ``quantization_config`` describes (BF16 when there is none).
+
+    Understands compressed-tensors pack-quantized int groups (Kimi-K2.5: INT4 group-32 routed
+    experts, the ``ignore`` list keeping attention, shared experts and dense MLPs in bf16) and
+    FP8 block quantization (DeepSeek-V3: e4m3 weights in 128x128 blocks).
+    """
+    if not quantization_config:
+        return QuantPlan(BF16, BF16, source="bf16 checkpoint")
+    q = dict(quantization_config) if not isinstance(quantization_config, dict) else quantization_config
+    method = q.get("quant_method")
+    if method == "fp8":
+        block = tuple(q.get("weight_block_size") or (128, 128))
+        fp8 = QuantScheme("FP8", 8, None, "fp8", dynamic_activation=True, scale_bits=32, block=block)  # type: ignore[arg-type]
+        return QuantPlan(fp8, fp8, source=f"checkpoint fp8 {block[0]}x{block[1]} blocks")
+    if method == "compressed-tensors":
+        groups = q.get("config_groups") or {}
+        weights = next(iter(groups.values()), {}).get("weights", {}) if groups else {}
+        bits = int(weights.get("num_bits", 16))
+        group = weights.get("group_size")
+        ignore = list(q.get("ignore") or [])
+        routed = QuantScheme(f"W{bits}A16", bits, group, "bf16")
+        dense_ignored = _matches(ignore, "model.layers.1.self_attn.o_proj")
+        dense = BF16 if dense_ignored else routed
+        return QuantPlan(routed, dense, source=f"checkpoint compressed-tensors int{bits} group {group}")
+    raise InfercastError(
+        f"checkpoint quantization_config has quant_method {method!r}, which infercast does not read; "
+        f"pass --quantize-linear-action (one of {', '.join(ACTIONS)})"
+    )
+
+
+def plan_from_action(action: str) -> QuantPlan:
+    chosen = scheme(action)
+    return QuantPlan(chosen, chosen, source=f"--quantize-linear-action {chosen.name}")

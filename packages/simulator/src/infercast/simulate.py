@@ -1,0 +1,311 @@
+"""The Python API: :class:`UserInput` in, :class:`SimResult` out."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from infercast_adapters import InfercastError
+from infercast_adapters.arch import text_config_of
+from infercast_adapters.config import load_config
+
+from infercast.build import BuiltModel, build
+from infercast.cost import Timed, cost_of, op_time
+from infercast.devices import GIB, DeviceSpec
+from infercast.layers import KV_DTYPES, SimContext, SimMoE
+from infercast.parallel import Parallel, Workload, validate_layout, validate_workload
+from infercast.quant import plan_from_action, plan_from_checkpoint
+from infercast.trace import OpRecord, trace
+
+DEFAULT_MODEL = "moonshotai/Kimi-K2.5"
+DEFAULT_DEVICE = "H200"
+DEFAULT_DECODE_CONTEXT = 2048
+MEMORY_FRACTION = 0.90
+"""Share of device memory for weights, KV cache and activations (the rest: CUDA context,
+graphs, allocator slack), close to sglang's ``mem_fraction_static`` on large GPUs."""
+
+
+@dataclass
+class UserInput:
+    """One serving step to simulate, in the terms of the command line."""
+
+    model: str = DEFAULT_MODEL
+    device: str = DEFAULT_DEVICE
+    num_devices: int = 8
+    tp_size: int | None = None
+    """Default: ``num_devices / dp_size``."""
+    dp_size: int = 1
+    ep_size: int = 1
+    enable_shared_expert_tp: bool = False
+    num_queries: int = 1
+    query_length: int | None = None
+    """New tokens per request. Given without ``decode``: a prefill step. Default: decode."""
+    context_length: int | None = None
+    """Cached tokens per request; default 2048 for decode, 0 for prefill."""
+    decode: bool = False
+    quantize_linear_action: str | None = None
+    kv_cache_dtype: str = "bf16"
+    num_mtp_tokens: int = 0
+    two_batch_overlap: bool = False
+    num_hidden_layers_override: int | None = None
+    trace_every_layer: bool = False
+    super_node: bool = False
+
+
+@dataclass
+class OpRow:
+    name: str
+    count: int
+    total_ms: float
+    share: float
+    bound: str
+
+
+@dataclass
+class SimResult:
+    model: str
+    model_type: str
+    device: str
+    num_devices: int
+    parallel: dict[str, Any]
+    phase: str
+    workload: dict[str, int]
+    quantization: str
+    kv_cache_dtype: str
+    step_latency_ms: float
+    ttft_ms: float | None
+    tpot_ms: float | None
+    throughput_tokens_per_s_per_device: float
+    compute_ms: float
+    communication_ms: float
+    kernel_count: int
+    memory_gib: dict[str, float]
+    feasible: bool
+    max_num_queries: int
+    parameters_billion: float
+    routing_assumption: str | None
+    ops: list[OpRow]
+    simulation_wall_s: float
+    notes: list[str] = field(default_factory=list)
+    timeline: list[dict[str, Any]] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("timeline")
+        return data
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def chrome_trace(self) -> dict[str, Any]:
+        """One step as Chrome trace events (Perfetto opens it): one track per stream."""
+        events: list[dict[str, Any]] = [
+            {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": f"{self.model} rank 0"}},
+            {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "compute"}},
+            {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "communication"}},
+        ]
+        events += self.timeline
+        return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def _resolve_quant(config: Any, text: Any, action: str | None):
+    if action:
+        return plan_from_action(action)
+    q = getattr(text, "quantization_config", None) or getattr(config, "quantization_config", None)
+    return plan_from_checkpoint(q)
+
+
+def _path_pattern(path: str) -> str:
+    return re.sub(r"\.\d+\.", ".*.", path)
+
+
+def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
+    """Resolve, build, trace and price one serving step."""
+    from infercast.plugins import bundled_model_refs, get_devices, get_manager
+
+    started = time.perf_counter()
+    manager = manager or get_manager()
+    devices = devices or get_devices()
+    device = devices.get(user.device)
+    config = load_config(user.model, manager=manager, num_hidden_layers_override=user.num_hidden_layers_override,
+                         known_models=bundled_model_refs())
+    manager.patch_config(config)
+    profile = manager.profile_for(config.model_type)
+    if profile is None:
+        raise InfercastError(
+            f"{user.model}: no adapter profile for model_type {config.model_type!r}. "
+            f"Profiles exist for: {', '.join(sorted(manager.profiles()))}. Install an adapter plugin for it."
+        )
+    text = text_config_of(config)
+
+    dp = user.dp_size
+    tp = user.tp_size if user.tp_size is not None else max(1, user.num_devices // max(dp, 1))
+    parallel = Parallel(
+        num_devices=user.num_devices, tp=tp, dp=dp, ep=user.ep_size, shared_expert_tp=user.enable_shared_expert_tp,
+        two_batch_overlap=user.two_batch_overlap, scale_up_domain=device.scale_up_domain(user.super_node),
+    )
+    routed = getattr(text, "n_routed_experts", None) or getattr(text, "num_experts", None) or getattr(text, "num_local_experts", None)
+    validate_layout(parallel, num_heads=text.num_attention_heads, num_experts=routed if profile.is_moe else None)
+
+    if user.num_mtp_tokens < 0:
+        raise InfercastError(f"--num-mtp-tokens must be >= 0, got {user.num_mtp_tokens}")
+    decode = user.decode or user.query_length is None
+    if decode:
+        if user.query_length not in (None, 1 + user.num_mtp_tokens):
+            raise InfercastError(
+                f"a decode step adds 1 + num_mtp_tokens = {1 + user.num_mtp_tokens} tokens per request; "
+                f"drop --query-length {user.query_length} or drop --decode for a prefill step"
+            )
+        query_length = 1 + user.num_mtp_tokens
+        context = DEFAULT_DECODE_CONTEXT if user.context_length is None else user.context_length
+    else:
+        query_length = user.query_length
+        context = 0 if user.context_length is None else user.context_length
+    workload = Workload(num_queries=user.num_queries, query_length=query_length, context_length=context, decode=decode)
+    validate_workload(workload, max_positions=getattr(text, "max_position_embeddings", None))
+    if user.kv_cache_dtype not in KV_DTYPES:
+        raise InfercastError(f"unknown --kv-cache-dtype {user.kv_cache_dtype!r}; valid: {', '.join(KV_DTYPES)}")
+
+    quant = _resolve_quant(config, text, user.quantize_linear_action)
+    ctx = SimContext(parallel=parallel, workload=workload, quant=quant, kv_cache_dtype=KV_DTYPES[user.kv_cache_dtype])
+    built = build(config, profile, ctx, manager)
+    records = trace(built.sim, ctx.tokens, every_layer=user.trace_every_layer)
+    result = price(user, built, records, device, ctx, decode, query_length, context, quant.describe())
+    result.simulation_wall_s = time.perf_counter() - started
+    return result
+
+
+def price(user: UserInput, built: BuiltModel, records: list[OpRecord], device: DeviceSpec, ctx: SimContext,
+          decode: bool, query_length: int, context: int, quant_text: str) -> SimResult:
+    """Time every record, lay out the streams, add memory."""
+    p = ctx.parallel
+    timed: list[tuple[OpRecord, Timed]] = [(r, op_time(cost_of(r), device, p.scale_up_domain)) for r in records]
+
+    compute_s = sum(t.seconds * r.count for r, t in timed if t.bound != "communication")
+    comm_s = sum(t.seconds * r.count for r, t in timed if t.bound == "communication")
+    step_s = compute_s + comm_s
+    if p.two_batch_overlap:
+        step_s = _two_batch_overlap(timed, device)
+
+    rows: dict[str, list[float | int | str]] = {}
+    bounds: dict[str, defaultdict] = {}
+    for r, t in timed:
+        key = f"{r.name.split('::')[-1]} ({_path_pattern(r.path)})"
+        row = rows.setdefault(key, [0, 0.0])
+        row[0] += r.count
+        row[1] += t.seconds * r.count
+        bounds.setdefault(key, defaultdict(float))[t.bound] += t.seconds * r.count
+    serial = compute_s + comm_s
+    ops = sorted(
+        (OpRow(k, int(v[0]), float(v[1]) * 1e3, float(v[1]) / serial if serial else 0.0,
+               max(bounds[k].items(), key=lambda kv: kv[1])[0]) for k, v in rows.items()),
+        key=lambda row: row.total_ms, reverse=True,
+    )
+
+    memory, max_queries = _memory(built, records, device, ctx)
+    feasible = memory["total"] <= memory["capacity"]
+    throughput = (user.num_queries * (1 if decode else query_length)) / step_s / p.num_devices
+    moe = any(isinstance(m, SimMoE) for m in built.sim.modules())
+    notes = []
+    if not feasible:
+        notes.append(
+            f"does not fit: needs {memory['total']:.1f} GiB per device, {memory['capacity']:.1f} GiB usable "
+            f"({MEMORY_FRACTION:.0%} of {device.memory_bytes / GIB:.1f} GiB)"
+        )
+    if decode and query_length > 1:
+        notes.append(f"decode step verifies {query_length} tokens per request (MTP); TPOT assumes every one is accepted")
+    return SimResult(
+        model=user.model, model_type=built.profile.model_type, device=device.name, num_devices=p.num_devices,
+        parallel={"tp": p.tp, "dp": p.dp, "ep": p.ep, "moe_tp": p.moe_tp, "shared_expert_tp": p.shared_expert_tp,
+                  "two_batch_overlap": p.two_batch_overlap},
+        phase="decode" if decode else "prefill",
+        workload={"num_queries": user.num_queries, "query_length": query_length, "context_length": context,
+                  "requests_per_rank": ctx.requests, "tokens_per_rank": ctx.tokens},
+        quantization=quant_text, kv_cache_dtype=str(ctx.kv_cache_dtype).replace("torch.", ""),
+        step_latency_ms=step_s * 1e3,
+        ttft_ms=None if decode else step_s * 1e3,
+        tpot_ms=step_s * 1e3 / query_length if decode else None,
+        throughput_tokens_per_s_per_device=throughput,
+        compute_ms=compute_s * 1e3, communication_ms=comm_s * 1e3,
+        kernel_count=sum(r.count for r, _ in timed),
+        memory_gib=memory, feasible=feasible, max_num_queries=max_queries,
+        parameters_billion=built.hf_param_count / 1e9,
+        routing_assumption=SimMoE.routing_assumption if moe else None,
+        ops=ops, simulation_wall_s=0.0, notes=notes,
+        timeline=_timeline(timed, built),
+    )
+
+
+def _two_batch_overlap(timed: list[tuple[OpRecord, Timed]], device: DeviceSpec) -> float:
+    """Two micro-batches of half the tokens, one computing while the other communicates.
+
+    Per decoder layer with compute C and communication M (each paying its fixed costs twice,
+    once per micro-batch), the layer takes max(C, M) + min(C, M) / 2: the longer stream runs
+    back to back and half of the shorter one cannot hide (the first micro-batch's compute and
+    the last one's communication). Embedding and head run unsplit.
+    """
+    fixed = device.calibration.kernel_fixed_s
+    per_layer: dict[tuple, list[float]] = {}
+    outside = 0.0
+    for r, t in timed:
+        if r.layer is None:
+            outside += t.seconds
+            continue
+        c_m = per_layer.setdefault(r.layers, [0.0, 0.0, r.count])
+        c_m[1 if t.bound == "communication" else 0] += t.seconds + fixed
+    total = outside
+    for compute, comm, count in per_layer.values():
+        total += (max(compute, comm) + min(compute, comm) / 2) * count
+    return total
+
+
+def _memory(built: BuiltModel, records: list[OpRecord], device: DeviceSpec, ctx: SimContext) -> tuple[dict[str, float], int]:
+    weights = built.sim.weight_bytes()
+    kv_per_token = sum(layer.self_attn.kv_bytes_per_token() for layer in built.sim.layers)
+    kv = kv_per_token * ctx.requests * ctx.workload.kv_length
+    activation = 0
+    for r in records:
+        inputs = r.tensors()[:1] if r.name in ("infercast::attention", "infercast::mla_attention") else r.tensors()
+        live = sum(t.nbytes for t in inputs if t.role == "activation") + sum(o.nbytes for o in r.outputs)
+        activation = max(activation, live)
+    capacity = device.memory_bytes * MEMORY_FRACTION
+    per_request = kv_per_token * ctx.workload.kv_length + activation / max(ctx.requests, 1)
+    max_requests = max(0, math.floor((capacity - weights) / per_request)) * ctx.parallel.dp if per_request else 0
+    memory = {
+        "weights": weights / GIB, "kv_cache": kv / GIB, "activations": activation / GIB,
+        "total": (weights + kv + activation) / GIB, "capacity": capacity / GIB,
+        "kv_cache_per_token_mib": kv_per_token / 2**20,
+    }
+    return memory, max_requests
+
+
+def _timeline(timed: list[tuple[OpRecord, Timed]], built: BuiltModel) -> list[dict[str, Any]]:
+    """Serial schedule of one step, every layer expanded, as Chrome trace 'X' events."""
+    by_layer: dict[int, list[tuple[OpRecord, Timed]]] = defaultdict(list)
+    head: list[tuple[OpRecord, Timed]] = []
+    embed: list[tuple[OpRecord, Timed]] = []
+    for r, t in timed:
+        if r.layer is not None:
+            for index in r.layers or (r.layer,):
+                by_layer[index].append((r, t))
+        elif r.path.startswith("embed"):
+            embed.append((r, t))
+        else:
+            head.append((r, t))
+    events, now = [], 0.0
+    sequence = embed + [item for index in sorted(by_layer) for item in by_layer[index]] + head
+    for r, t in sequence:
+        dur = t.seconds * 1e6
+        events.append({
+            "ph": "X", "pid": 1, "tid": 2 if t.bound == "communication" else 1,
+            "name": r.name.split("::")[-1], "ts": round(now, 3), "dur": round(dur, 3),
+            "args": {"module": r.path, "layer": r.layer, "bound": t.bound,
+                     "inputs": [list(a.shape) for a in r.tensors()]},
+        })
+        now += dur
+    return events

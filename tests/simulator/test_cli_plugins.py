@@ -6,7 +6,7 @@ import pytest
 
 from infercast_adapters.testing import AdapterConformance
 
-from infercast import builtin_models, cli, plugins
+from infercast import builtin_models, cli, hookspecs, plugins
 from infercast.builtin_models import PLUGIN_NAME
 
 
@@ -62,6 +62,8 @@ class TestBuiltinModelsConformance(AdapterConformance):
 
     plugin = builtin_models
     plugin_name = PLUGIN_NAME
+    extra_hookspecs = (hookspecs,)
+    offline_refs = ("deepseek-ai/DeepSeek-V3", "Qwen/Qwen3-235B-A22B", "meta-llama/Llama-3.1-8B-Instruct")
     model_type = "deepseek_v3"
     other_model_types = ("qwen2_moe", "glm4_moe")
 

@@ -40,13 +40,19 @@ class AdapterConformance:
     """References that must resolve through the plugin with no hub."""
     other_model_types: ClassVar[tuple[str, ...]] = OTHER_MODEL_TYPES
     """Transformers-native model types the plugin must leave alone."""
+    extra_hookspecs: ClassVar[tuple[Any, ...]] = ()
+    """Hookspec modules of the consumer the plugin also serves (e.g. ``infercast.hookspecs``)."""
 
     @pytest.fixture
     def adapter_manager(self) -> AdapterManager:
         if self.plugin is None or not self.plugin_name or not self.model_type:
             pytest.fail(f"{type(self).__name__} must set plugin, plugin_name and model_type")
         manager = AdapterManager()
-        assert manager.register(self.plugin, self.plugin_name), f"plugin {self.plugin_name!r} is blocked"
+        for module in self.extra_hookspecs:
+            manager.add_hookspecs(module)
+        if not manager.register(self.plugin, self.plugin_name):
+            errors = [f.error for f in manager.failures() if f.name == self.plugin_name]
+            pytest.fail(f"plugin {self.plugin_name!r} did not register: {errors or 'blocked'}")
         return manager
 
     def make_config(self, adapter_manager: AdapterManager) -> Any:

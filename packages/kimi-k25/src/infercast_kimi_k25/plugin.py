@@ -1,1 +1,44 @@
-"""Entry point of the Kimi-K2.5 adapter (hooks arrive with the adapter issue)."""
+"""Entry point of the Kimi-K2.5 adapter: profile and offline resolution.
+
+Everything here is gated on model_type ``kimi_k25``; other models are never touched.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from infercast_adapters import ModelProfile, hookimpl
+
+from infercast_kimi_k25.architecture import ALIASES, MODEL_ID, kimi_k25_config
+
+MODEL_TYPE = "kimi_k25"
+BUNDLED_REFS = (MODEL_ID,)
+
+PROFILE = ModelProfile(
+    model_type=MODEL_TYPE,
+    decoder_layer_class="DeepseekV3DecoderLayer",
+    attention_class="DeepseekV3Attention",
+    attention_kind="mla",
+    moe_class="DeepseekV3MoE",
+    vision_tower_class="Kimi_K25VisionModel",
+    routed_experts_key="n_routed_experts",
+    shared_experts_key="n_shared_experts",
+    text_config_key="text_config",
+    language_model_path="model.language_model",
+    layers_path="model.language_model.layers",
+    vision_tower_path="model.vision_tower",
+    vision_blocks_path="model.vision_tower.encoder.blocks",
+    moe_routing_after_dp_split=True,
+)
+
+
+@hookimpl
+def infercast_register_profiles(register: Callable[[ModelProfile], None]) -> None:
+    register(PROFILE)
+
+
+@hookimpl
+def infercast_resolve_config(model_ref: str):
+    if model_ref == MODEL_ID or model_ref in ALIASES or model_ref.lower() in ALIASES:
+        return kimi_k25_config()
+    return None

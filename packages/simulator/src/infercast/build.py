@@ -68,10 +68,11 @@ class BuiltModel:
 def hf_language_model(config: Any, profile: ModelProfile, manager: AdapterManager) -> nn.Module:
     """The transformers model for ``config`` on meta, built under the adapters' class patches."""
     from transformers import AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
 
     patches = manager.class_patches(config)
     text_config = text_config_of(config) if profile.text_config_key else config
-    with patched(patches, config.model_type), torch.device("meta"), _quiet():
+    with patched(patches, config.model_type), torch.device("meta"), no_init_weights(), _quiet():
         try:
             return AutoModelForCausalLM.from_config(text_config, dtype=torch.bfloat16)
         except Exception as exc:  # a config transformers cannot instantiate

@@ -52,6 +52,105 @@ def _cmd_models(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _cmd_devices(args: argparse.Namespace, console: Console) -> int:
+    from infercast.plugins import get_devices
+
+    devices = get_devices().all()
+    if args.json:
+        print(json.dumps([d.to_dict() for d in devices], indent=2))
+        return 0
+    table = Table(title="devices")
+    for column in ("name", "bf16 TFLOP/s", "fp8/int8", "memory GB", "HBM TB/s", "scale-up GB/s", "per node"):
+        table.add_column(column, overflow="fold")
+    for d in devices:
+        low = d.peak_flops_per_s.get("fp8") or d.peak_flops_per_s.get("int8")
+        table.add_row(d.name, f"{d.peak('bf16') / 1e12:.0f}", f"{low / 1e12:.0f}" if low else "-",
+                      f"{d.memory_bytes / 1e9:.0f}", f"{d.hbm_bandwidth_bytes_per_s / 1e12:.2f}",
+                      f"{d.scale_up_bandwidth_bytes_per_s / 1e9:.0f}", str(d.devices_per_node))
+    console.print(table)
+    console.print("Efficiencies and per-kernel costs are calibrated, not specified: see `infercast devices --json`.")
+    return 0
+
+
+def _cmd_simulate(args: argparse.Namespace, console: Console) -> int:
+    from infercast.report import print_summary
+    from infercast.simulate import UserInput, simulate
+
+    user = UserInput(
+        model=args.model, device=args.device, num_devices=args.num_devices, tp_size=args.tp_size,
+        dp_size=args.dp_size, ep_size=args.ep_size, ep_num_redundant_experts=args.ep_num_redundant_experts, enable_shared_expert_tp=args.enable_shared_expert_tp,
+        num_queries=args.num_queries, query_length=args.query_length, context_length=args.context_length,
+        decode=args.decode, quantize_linear_action=args.quantize_linear_action, kv_cache_dtype=args.kv_cache_dtype,
+        num_mtp_tokens=args.num_mtp_tokens, two_batch_overlap=args.two_batch_overlap,
+        num_hidden_layers_override=args.num_hidden_layers_override, trace_every_layer=args.trace_every_layer,
+        super_node=args.super_node,
+    )
+    result = simulate(user)
+    if args.output_json:
+        _write(args.output_json, result.to_json())
+    if args.chrome_trace:
+        _write(args.chrome_trace, json.dumps(result.chrome_trace()))
+    if args.json:
+        print(result.to_json())
+    else:
+        print_summary(result, console, show_ops=args.show_ops)
+    return 0
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as exc:
+        raise InfercastError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def _int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    return value
+
+
+def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
+    from infercast.quant import ACTIONS
+    from infercast.simulate import DEFAULT_DEVICE, DEFAULT_MODEL
+
+    p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
+                   help=f"hub id, alias, config.json or model directory (default: {DEFAULT_MODEL})")
+    g = p.add_argument_group("hardware and layout")
+    g.add_argument("--device", default=DEFAULT_DEVICE, help=f"device name, see `infercast devices` (default {DEFAULT_DEVICE})")
+    g.add_argument("--num-devices", type=_int, default=8, help="devices in the deployment (default 8)")
+    g.add_argument("--tp-size", type=_int, default=None, help="tensor parallel size (default: num-devices / dp-size)")
+    g.add_argument("--dp-size", type=_int, default=1, help="data parallel (DP attention) size (default 1)")
+    g.add_argument("--ep-size", type=_int, default=1, help="expert parallel size for routed experts (default 1: TP MoE)")
+    g.add_argument("--ep-num-redundant-experts", type=_int, default=0,
+                   help="extra expert slots for load balancing, spread over the EP ranks (default 0)")
+    g.add_argument("--enable-shared-expert-tp", action="store_true", help="shard shared experts over TP when EP > 1")
+    g.add_argument("--two-batch-overlap", action="store_true", help="overlap communication with a second micro-batch")
+    g.add_argument("--super-node", action="store_true", help="treat the device's super-node as one scale-up domain (Ascend)")
+    g = p.add_argument_group("workload")
+    g.add_argument("--num-queries", type=_int, default=1, help="requests in the step, across all DP ranks (default 1)")
+    g.add_argument("--query-length", type=_int, default=None,
+                   help="new tokens per request; given without --decode this is a prefill step")
+    g.add_argument("--context-length", type=_int, default=None,
+                   help="tokens already cached per request (default: 2048 for decode, 0 for prefill)")
+    g.add_argument("--decode", action="store_true", help="a decode step (the default when no --query-length is given)")
+    g.add_argument("--num-mtp-tokens", type=_int, default=0, help="MTP draft tokens verified per decode step")
+    g = p.add_argument_group("numerics")
+    g.add_argument("--quantize-linear-action", default=None, metavar="ACTION",
+                   help=f"one of {', '.join(ACTIONS)} (default: the checkpoint's quantization_config)")
+    g.add_argument("--kv-cache-dtype", default="bf16", help="bf16 (default), fp16 or fp8")
+    g.add_argument("--num-hidden-layers-override", type=_int, default=None, help="simulate only this many layers")
+    g = p.add_argument_group("output")
+    g.add_argument("--json", action="store_true", help="print the result as JSON (schema: docs/simulate.md)")
+    g.add_argument("--output-json", metavar="FILE", help="also write the JSON result to FILE")
+    g.add_argument("--chrome-trace", metavar="FILE", help="write one step as a Chrome trace (open in Perfetto)")
+    g.add_argument("--show-ops", type=int, default=10, metavar="N", help="operators in the summary table (default 10)")
+    g.add_argument("--trace-every-layer", action="store_true", help="trace every layer instead of one per distinct shape")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="infercast", description="Predict the cost of serving an LLM.")
     parser.add_argument("--version", action="version", version=f"infercast {__version__}")
@@ -62,11 +161,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("models", help="list model types with a profile and the plugin providing each")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=_cmd_models)
+    p = sub.add_parser("devices", help="list device profiles")
+    p.add_argument("--json", action="store_true", help="print JSON, calibration sources included")
+    p.set_defaults(handler=_cmd_devices)
+    p = sub.add_parser("simulate", help="simulate one serving step (default: Kimi-K2.5 on 8 x H200, TP8, decode)")
+    add_simulate_arguments(p)
+    p.set_defaults(handler=_cmd_simulate)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        argv = ["simulate"]  # no command and no flags: the documented default simulation
     args = parser.parse_args(argv)
     console = Console()
     if args.command is None:
@@ -75,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.handler(args, console)
     except InfercastError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/bold red] {exc}", highlight=False)
+        Console(stderr=True).print(f"[bold red]error:[/bold red] {exc}", highlight=False, markup=True)
         return EXIT_USAGE
 
 

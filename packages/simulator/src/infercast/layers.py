@@ -286,7 +286,7 @@ class SimMoE(SimModule):
         super().__init__()
         p = ctx.parallel
         self.ctx, self.shape = ctx, shape
-        self.local_experts = shape.num_experts // p.ep
+        self.local_experts = (shape.num_experts + p.redundant_experts) // p.ep
         self.gate = SimLinear(shape.hidden_size, shape.num_experts, BF16)
         scheme = ctx.quant.routed_experts
         inter = _shard(shape.expert_intermediate_size, p.moe_tp, "expert intermediate size")

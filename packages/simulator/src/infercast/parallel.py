@@ -21,6 +21,9 @@ class Parallel:
     two_batch_overlap: bool = False
     scale_up_domain: int = 8
     """Devices that share the fast link (a node, or an Ascend super-node)."""
+    redundant_experts: int = 0
+    """Extra expert slots for load balancing (sglang ``--ep-num-redundant-experts``): the EP
+    ranks hold ``(experts + redundant) / ep`` experts each."""
 
     @property
     def moe_tp(self) -> int:
@@ -73,11 +76,14 @@ def validate_layout(parallel: Parallel, *, num_heads: int, num_experts: int | No
             raise InfercastError(f"--ep-size {parallel.ep} needs an MoE model; this model has no routed experts (use --ep-size 1)")
         if parallel.ep > parallel.num_devices:
             raise InfercastError(f"--ep-size {parallel.ep} exceeds the {parallel.num_devices} devices")
-        if num_experts % parallel.ep:
+        slots = num_experts + parallel.redundant_experts
+        if slots % parallel.ep:
             raise InfercastError(
-                f"--ep-size {parallel.ep} does not divide the {num_experts} routed experts; valid EP sizes up to "
+                f"--ep-size {parallel.ep} does not divide the {slots} expert slots ({num_experts} routed experts"
+                f" + {parallel.redundant_experts} redundant); add --ep-num-redundant-experts to fill every rank "
+                f"evenly, or use an EP size up to "
                 f"{parallel.num_devices}: "
-                + ", ".join(str(e) for e in range(1, parallel.num_devices + 1) if num_experts % e == 0 and parallel.num_devices % e == 0)
+                + ", ".join(str(e) for e in range(1, parallel.num_devices + 1) if slots % e == 0 and parallel.num_devices % e == 0)
             )
         if parallel.num_devices % parallel.ep:
             raise InfercastError(f"--ep-size {parallel.ep} must divide --num-devices {parallel.num_devices}")

@@ -7,7 +7,7 @@ import math
 import re
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from infercast_adapters import InfercastError
@@ -41,6 +41,7 @@ class UserInput:
     """Default: ``num_devices / dp_size``."""
     dp_size: int = 1
     ep_size: int = 1
+    ep_num_redundant_experts: int = 0
     enable_shared_expert_tp: bool = False
     num_queries: int = 1
     query_length: int | None = None
@@ -92,11 +93,11 @@ class SimResult:
     ops: list[OpRow]
     simulation_wall_s: float
     notes: list[str] = field(default_factory=list)
-    timeline: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    _timed: list = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data.pop("timeline")
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "_timed"}
+        data["ops"] = [asdict(row) for row in self.ops]
         return data
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -109,7 +110,7 @@ class SimResult:
             {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "compute"}},
             {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "communication"}},
         ]
-        events += self.timeline
+        events += _timeline(self._timed)
         return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
@@ -121,7 +122,7 @@ def _resolve_quant(config: Any, text: Any, action: str | None):
 
 
 def _path_pattern(path: str) -> str:
-    return re.sub(r"\.\d+\.", ".*.", path)
+    return re.sub(r"(^|\.)\d+(?=\.|$)", r"\1*", path)
 
 
 def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
@@ -148,6 +149,7 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     parallel = Parallel(
         num_devices=user.num_devices, tp=tp, dp=dp, ep=user.ep_size, shared_expert_tp=user.enable_shared_expert_tp,
         two_batch_overlap=user.two_batch_overlap, scale_up_domain=device.scale_up_domain(user.super_node),
+        redundant_experts=user.ep_num_redundant_experts,
     )
     routed = getattr(text, "n_routed_experts", None) or getattr(text, "num_experts", None) or getattr(text, "num_local_experts", None)
     validate_layout(parallel, num_heads=text.num_attention_heads, num_experts=routed if profile.is_moe else None)
@@ -237,7 +239,7 @@ def price(user: UserInput, built: BuiltModel, records: list[OpRecord], device: D
         parameters_billion=built.hf_param_count / 1e9,
         routing_assumption=SimMoE.routing_assumption if moe else None,
         ops=ops, simulation_wall_s=0.0, notes=notes,
-        timeline=_timeline(timed, built),
+        _timed=timed,
     )
 
 
@@ -284,7 +286,7 @@ def _memory(built: BuiltModel, records: list[OpRecord], device: DeviceSpec, ctx:
     return memory, max_requests
 
 
-def _timeline(timed: list[tuple[OpRecord, Timed]], built: BuiltModel) -> list[dict[str, Any]]:
+def _timeline(timed: list[tuple[OpRecord, Timed]]) -> list[dict[str, Any]]:
     """Serial schedule of one step, every layer expanded, as Chrome trace 'X' events."""
     by_layer: dict[int, list[tuple[OpRecord, Timed]]] = defaultdict(list)
     head: list[tuple[OpRecord, Timed]] = []

@@ -1,0 +1,81 @@
+"""Simulated vs measured on the published reference points (shared/reference/measured.md).
+
+Each point is simulated from its published description only: model, hardware, layout and
+workload. Nothing in the simulator knows these points. Run: python benchmarks/reference_points.py
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from infercast.simulate import SimResult, UserInput, simulate
+
+
+@dataclass
+class Point:
+    id: str
+    metric: str
+    measured: float
+    unit: str
+    user: UserInput
+    read: Callable[[SimResult], float]
+    kind: str  # decode or prefill: the error bar differs
+    note: str = ""
+
+
+def _tokens_per_gpu(accept_length: float = 1.0) -> Callable[[SimResult], float]:
+    def read(r: SimResult) -> float:
+        return r.workload["num_queries"] * accept_length / (r.step_latency_ms / 1e3) / r.num_devices
+
+    return read
+
+
+POINTS = [
+    Point("M1", "TTFT", 176.9, "ms",
+          UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=8, num_queries=1,
+                    query_length=1024),
+          lambda r: r.ttft_ms, "prefill", "1K-token prompt, concurrency 1"),
+    Point("M1", "TPOT", 9.22, "ms",
+          UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=8, num_queries=1,
+                    decode=True, context_length=1536),
+          lambda r: r.tpot_ms, "decode", "context 1536 = 1K prompt + half of the 1K output"),
+    Point("M2", "output tok/s per GPU", 2785.0, "tok/s",
+          UserInput(model="deepseek-ai/DeepSeek-V3", device="H100", num_devices=72, tp_size=1, dp_size=72,
+                    ep_size=72, ep_num_redundant_experts=32, two_batch_overlap=True, num_queries=256 * 72,
+                    decode=True, context_length=2000),
+          _tokens_per_gpu(), "decode", "DP72 EP72 (256 + 32 redundant expert slots), TBO, 256 req/GPU"),
+    Point("M3", "output tok/s per GPU", 675.0, "tok/s",
+          UserInput(model="deepseek-ai/DeepSeek-R1", device="H20", num_devices=16, tp_size=1, dp_size=16, ep_size=16,
+                    num_queries=32 * 16, decode=True, num_mtp_tokens=1, context_length=4096),
+          _tokens_per_gpu(accept_length=1.85), "decode",
+          "MTP 1 step: verify 2 tokens/request, published accept length 1.85; the MTP draft layer's own cost is "
+          "not priced yet (speculative decoding issue)"),
+]
+
+BARS = {"decode": 0.20, "prefill": 0.30}
+
+
+def main() -> int:
+    console = Console()
+    table = Table(title="infercast vs published measurements")
+    for column in ("id", "metric", "measured", "simulated", "error", "bar", "within", "sim wall s", "setting"):
+        table.add_column(column, overflow="fold")
+    for point in POINTS:
+        result = simulate(point.user)
+        simulated = point.read(result)
+        error = (simulated - point.measured) / point.measured
+        bar = BARS[point.kind]
+        table.add_row(point.id, point.metric, f"{point.measured:g} {point.unit}", f"{simulated:.2f} {point.unit}",
+                      f"{error:+.1%}", f"±{bar:.0%}", "yes" if abs(error) <= bar else "[red]no[/red]",
+                      f"{result.simulation_wall_s:.2f}", point.note)
+    console.print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

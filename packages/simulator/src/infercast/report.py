@@ -1,0 +1,51 @@
+"""Human-readable summary of a simulation (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from infercast.simulate import SimResult
+
+
+def print_summary(result: SimResult, console: Console, *, show_ops: int = 10) -> None:
+    p = result.parallel
+    w = result.workload
+    console.print(
+        f"[bold]{result.model}[/bold] ({result.model_type}, {result.parameters_billion:.2f} B parameters) on "
+        f"{result.num_devices} x {result.device}: TP{p['tp']} DP{p['dp']} EP{p['ep']}"
+        f"{' +TBO' if p['two_batch_overlap'] else ''}; {result.quantization}; KV {result.kv_cache_dtype}"
+    )
+    console.print(
+        f"{result.phase} step: {w['num_queries']} requests x {w['query_length']} new tokens on "
+        f"{w['context_length']} cached ({w['tokens_per_rank']} tokens per rank)"
+    )
+    summary = Table(show_header=False, box=None)
+    summary.add_row("step latency", f"{result.step_latency_ms:.3f} ms")
+    if result.tpot_ms is not None:
+        summary.add_row("TPOT", f"{result.tpot_ms:.3f} ms")
+    if result.ttft_ms is not None:
+        summary.add_row("TTFT", f"{result.ttft_ms:.3f} ms")
+    kind = "output" if result.phase == "decode" else "prompt"
+    summary.add_row(f"{kind} tokens/s per device", f"{result.throughput_tokens_per_s_per_device:,.1f}")
+    summary.add_row("compute / communication", f"{result.compute_ms:.3f} ms / {result.communication_ms:.3f} ms"
+                    f" ({result.kernel_count} kernels)")
+    m = result.memory_gib
+    summary.add_row("memory per device", f"weights {m['weights']:.2f} + KV {m['kv_cache']:.3f} + activations "
+                    f"{m['activations']:.3f} = {m['total']:.2f} GiB of {m['capacity']:.1f} usable")
+    summary.add_row("fits", ("yes" if result.feasible else "[red]NO[/red]") + f"; up to {result.max_num_queries} "
+                    f"requests at this context")
+    if result.routing_assumption:
+        summary.add_row("MoE routing", result.routing_assumption)
+    console.print(summary)
+    for note in result.notes:
+        console.print(f"[yellow]note:[/yellow] {note}")
+    if show_ops > 0:
+        table = Table(title=f"top {min(show_ops, len(result.ops))} operators")
+        for column, justify in (("op (module)", "left"), ("count", "right"), ("total ms", "right"),
+                                ("share", "right"), ("bound", "left")):
+            table.add_column(column, justify=justify, overflow="fold")
+        for row in result.ops[:show_ops]:
+            table.add_row(row.name, str(row.count), f"{row.total_ms:.3f}", f"{row.share:.1%}", row.bound)
+        console.print(table)
+    console.print(f"simulated in {result.simulation_wall_s:.2f} s")

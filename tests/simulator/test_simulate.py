@@ -1,0 +1,170 @@
+"""The simulator end to end: parameters, sharding, operators, memory, errors, outputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from infercast import cli
+from infercast.simulate import UserInput, simulate
+
+
+def sim(**kwargs):
+    return simulate(UserInput(**kwargs))
+
+
+def op_names(result) -> set[str]:
+    return {row.name.split(" ")[0] for row in result.ops}
+
+
+@pytest.fixture(scope="module")
+def kimi_default():
+    return simulate(UserInput())
+
+
+def test_parameter_totals_match_analytic_counts(kimi_default) -> None:
+    # DeepSeek-V3: 671.03 B without the MTP layer; a Kimi-sized config: 1,026.41 B.
+    assert sim(model="deepseek-v3", num_hidden_layers_override=None).parameters_billion == pytest.approx(671.03, abs=0.01)
+    assert kimi_default.parameters_billion == pytest.approx(1026.41, abs=0.01)
+
+
+def test_weight_memory_matches_the_checkpoint_layout(kimi_default) -> None:
+    """INT4 routed experts (group 32, bf16 scales) + bf16 elsewhere, split 8 ways, except the fused
+    QKV-down projection, which sglang replicates on every TP rank."""
+    experts = 60 * 384 * 3 * 7168 * 2048  # routed expert weights, layers 1-60
+    qkv_a = 61 * 7168 * (1536 + 512 + 64)
+    int4_bytes = experts * (0.5 + 2 / 32)
+    sharded = (1026.408209408e9 - experts - qkv_a) * 2
+    expected = (int4_bytes + sharded) / 8 + qkv_a * 2
+    assert kimi_default.memory_gib["weights"] == pytest.approx(expected / 2**30, rel=0.005)
+
+
+def test_tp_divides_sharded_weights() -> None:
+    from infercast.build import build
+    from infercast.layers import SimContext
+    from infercast.parallel import Parallel, Workload
+    from infercast.plugins import get_manager
+    from infercast.quant import plan_from_action
+    from infercast_adapters.config import load_config
+
+    manager = get_manager()
+    config = load_config("deepseek-v3", manager=manager, num_hidden_layers_override=4)
+    profile = manager.profile_for("deepseek_v3")
+    sizes = {}
+    for tp in (1, 8):
+        ctx = SimContext(Parallel(tp, tp, 1, 1), Workload(1, 1, 16, True), plan_from_action("BF16"))
+        attn = build(config, profile, ctx, manager).sim.layers[0].self_attn
+        sizes[tp] = {name: getattr(attn, name).weight_bytes() for name in ("q_b_proj", "kv_b_proj", "o_proj", "fused_qkv_a_proj")}
+    for name in ("q_b_proj", "kv_b_proj", "o_proj"):
+        assert sizes[8][name] * 8 == sizes[1][name]
+    assert sizes[8]["fused_qkv_a_proj"] == sizes[1]["fused_qkv_a_proj"]  # replicated, as sglang does
+
+
+def test_mla_decode_layer_operators(kimi_default) -> None:
+    names = op_names(kimi_default)
+    assert {"mla_attention", "bmm", "all_reduce", "grouped_gemm", "moe_route", "rope", "kv_cache_write"} <= names
+    assert "all_to_all" not in names  # EP 1
+    mla = next(r for r in kimi_default.ops if r.name.startswith("mla_attention"))
+    assert mla.count == 61
+
+
+def test_all_reduce_only_with_tp_and_all_to_all_only_with_ep() -> None:
+    assert "all_reduce" not in op_names(sim(model="llama-3.1-8b", num_devices=1, query_length=128))
+    assert "all_reduce" in op_names(sim(model="llama-3.1-8b", num_devices=2, query_length=128))
+    ep = sim(model="qwen3-235b-a22b", device="H100", num_devices=8, tp_size=1, dp_size=8, ep_size=8, num_queries=64,
+             decode=True)
+    assert "all_to_all" in op_names(ep) and "attention" in op_names(ep) and "mla_attention" not in op_names(ep)
+
+
+def test_layer_repetition_gives_the_same_answer_as_tracing_every_layer() -> None:
+    kwargs = dict(model="deepseek-v3", num_hidden_layers_override=6, num_queries=4, decode=True)
+    once, every = sim(**kwargs), sim(trace_every_layer=True, **kwargs)
+    assert once.step_latency_ms == pytest.approx(every.step_latency_ms, rel=1e-9)
+    assert once.kernel_count == every.kernel_count
+
+
+def test_kv_cache_grows_linearly_with_context() -> None:
+    kv = [sim(model="deepseek-v3", num_queries=2, decode=True, context_length=c).memory_gib["kv_cache"] for c in (999, 1999, 3999)]
+    assert kv[1] / kv[0] == pytest.approx(2.0) and kv[2] / kv[0] == pytest.approx(4.0)
+    # MLA: 576 values x 2 bytes x 61 layers per token, replicated on every TP rank
+    assert kv[0] * 2**30 == pytest.approx(2 * 1000 * 576 * 2 * 61)
+
+
+def test_larger_batches_take_longer_but_give_more_throughput() -> None:
+    small, large = (sim(model="deepseek-v3", num_queries=n, decode=True) for n in (1, 64))
+    assert large.step_latency_ms > small.step_latency_ms
+    assert large.throughput_tokens_per_s_per_device > 10 * small.throughput_tokens_per_s_per_device
+
+
+def test_layout_that_does_not_fit_is_reported_not_raised() -> None:
+    result = sim(model="deepseek-v3", device="H100", quantize_linear_action="BF16")
+    assert not result.feasible
+    assert result.memory_gib["weights"] > result.memory_gib["capacity"]
+    assert any("does not fit" in note for note in result.notes)
+
+
+def test_quantization_defaults_follow_the_checkpoint(kimi_default) -> None:
+    assert "W4A16" in kimi_default.quantization and "BF16" in kimi_default.quantization
+    assert "fp8" in sim(model="deepseek-v3", num_hidden_layers_override=4).quantization
+    w4a8 = sim(num_hidden_layers_override=4, quantize_linear_action="W4A8_DYNAMIC")
+    assert "quantize_activation" in op_names(w4a8)
+
+
+def test_two_batch_overlap_pays_only_when_communication_is_large() -> None:
+    """Two micro-batches hide all-to-all time but launch every kernel twice: a win at 256
+    requests per GPU, a loss at 16 where fixed costs dominate."""
+    def step(per_gpu: int, tbo: bool) -> float:
+        return sim(model="deepseek-v3", device="H100", num_devices=16, tp_size=1, dp_size=16, ep_size=16,
+                   num_queries=16 * per_gpu, decode=True, num_hidden_layers_override=8,
+                   two_batch_overlap=tbo).step_latency_ms
+
+    assert step(256, True) < step(256, False)
+    assert step(16, True) > step(16, False)
+
+
+JSON_KEYS = {"model", "device", "num_devices", "parallel", "phase", "step_latency_ms", "ttft_ms", "tpot_ms",
+             "throughput_tokens_per_s_per_device", "memory_gib", "ops"}
+
+
+def test_cli_json_schema_and_files(tmp_path, capsys) -> None:
+    trace_file, out_file = tmp_path / "trace.json", tmp_path / "out.json"
+    code = cli.main(["simulate", "llama-3.1-8b", "--device", "H100", "--num-devices", "1", "--query-length", "512",
+                     "--json", "--chrome-trace", str(trace_file), "--output-json", str(out_file)])
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert JSON_KEYS <= set(data)
+    assert data["phase"] == "prefill" and data["ttft_ms"] > 0 and data["tpot_ms"] is None
+    assert set(data["parallel"]) >= {"tp", "dp", "ep"}
+    assert set(data["memory_gib"]) >= {"weights", "kv_cache", "activations", "total", "capacity"}
+    assert {"name", "count", "total_ms", "bound"} <= set(data["ops"][0])
+    assert json.loads(out_file.read_text())["step_latency_ms"] == data["step_latency_ms"]
+    events = [e for e in json.loads(trace_file.read_text())["traceEvents"] if e["ph"] == "X"]
+    assert {e["tid"] for e in events} == {1}  # TP1: no communication track events
+    assert sum(e["dur"] for e in events) / 1e3 == pytest.approx(data["step_latency_ms"], rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--device", "Z100"], "unknown device 'Z100'"),
+        (["--tp-size", "3", "--num-devices", "3"], "does not divide the 64 attention heads"),
+        (["--ep-size", "7", "--num-devices", "7", "--tp-size", "1", "--dp-size", "7"], "does not divide the 384 expert slots"),
+        (["--ep-size", "16"], "exceeds the 8 devices"),
+        (["--tp-size", "4"], "TP x DP must equal the number of devices"),
+        (["--num-queries", "0"], "--num-queries must be a positive integer"),
+        (["--query-length", "-5"], "--query-length must be a positive integer"),
+        (["--context-length", "300000"], "exceeds the model's max_position_embeddings"),
+        (["--quantize-linear-action", "INT3"], "unknown --quantize-linear-action"),
+    ],
+)
+def test_cli_bad_input_exits_2_with_a_message(argv, message, capsys) -> None:
+    assert cli.main(["simulate", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in " ".join(err.split()) and "Traceback" not in err
+
+
+def test_no_arguments_simulates_the_default(capsys) -> None:
+    assert cli.main([]) == 0
+    out = capsys.readouterr().out
+    assert "Kimi-K2.5" in out and "TPOT" in out

@@ -71,3 +71,31 @@ class TestBuiltinModelsConformance(AdapterConformance):
         from transformers import AutoConfig
 
         return AutoConfig.for_model("deepseek_v3")
+
+
+def test_a_plugin_adds_a_device(capsys) -> None:
+    import types
+
+    from infercast_adapters import hookimpl
+
+    from infercast.devices import BUILTIN_DEVICES
+    from infercast.plugins import devices_from, new_manager
+
+    h200 = next(d for d in BUILTIN_DEVICES if d.name == "H200")
+    from dataclasses import replace
+
+    manager = new_manager()
+    manager.register(types.SimpleNamespace(infercast_register_devices=hookimpl(
+        lambda register: register(replace(h200, name="H200-LAB", aliases=())))), "lab")
+    registry = devices_from(manager)
+    assert registry.get("h200-lab").hbm_bandwidth_bytes_per_s == h200.hbm_bandwidth_bytes_per_s
+    assert "H200" in registry.names()
+
+
+def test_devices_lists_every_builtin_with_calibration_sources(capsys) -> None:
+    rows = run_json(capsys, "devices")
+    names = {row["name"] for row in rows}
+    assert {"A100", "H100", "H200", "H20", "B200", "MI300X", "ATLAS_800_A3_560T_128G_DIE",
+            "ATLAS_800_A3_752T_128G_DIE"} <= names
+    assert all(row["calibration"]["source"] for row in rows)
+    assert all(row["sources"] for row in rows)

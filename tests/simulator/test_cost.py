@@ -74,3 +74,41 @@ def test_all_to_all_across_nodes_uses_the_slower_link() -> None:
 def test_registering_an_op_twice_is_an_error() -> None:
     with pytest.raises(ValueError, match="already registered"):
         register_cost("infercast::gemm")(lambda record: OpCost())
+
+
+@pytest.fixture(scope="module")
+def kimi_layer_records():
+    """Kimi-K2.5, 2 layers (one dense, one MoE), 8 x H200 TP8, batch 1 decode on 2,048 cached tokens."""
+    from infercast.build import build
+    from infercast.layers import SimContext
+    from infercast.parallel import Parallel, Workload
+    from infercast.plugins import get_manager
+    from infercast.quant import plan_from_checkpoint
+    from infercast.trace import trace
+    from infercast_adapters.config import load_config
+
+    manager = get_manager()
+    config = load_config("moonshotai/Kimi-K2.5", manager=manager, num_hidden_layers_override=2)
+    manager.patch_config(config)
+    ctx = SimContext(Parallel(8, 8, 1, 1), Workload(1, 1, 2048, True),
+                     plan_from_checkpoint(config.text_config.quantization_config))
+    return trace(build(config, manager.profile_for("kimi_k25"), ctx, manager).sim, ctx.tokens)
+
+
+def test_one_mla_decode_layer_attention(kimi_layer_records) -> None:
+    (record,) = [r for r in kimi_layer_records if r.name == "infercast::mla_attention" and r.layer == 1]
+    cost = cost_of(record)
+    heads, kv_len = 64 // 8, 2049
+    assert cost.flops == 2 * heads * kv_len * (576 + 512)   # QK over the 576-wide latent, PV over 512
+    assert cost.bytes == (heads * 576 + heads * 512 + kv_len * 576) * 2  # q, out, the bf16 latent cache
+
+
+def test_one_moe_layer_reads_only_the_activated_experts(kimi_layer_records) -> None:
+    w13 = next(r for r in kimi_layer_records if r.name == "infercast::grouped_gemm" and "w13" in r.path)
+    cost = cost_of(w13)
+    # One token activates exactly top-8 of 384 experts; TP8 splits each expert's 2048 columns.
+    per_expert = 2 * (2048 // 8) * 7168 * (0.5 + 2 / 32)  # INT4 weights + one bf16 scale per 32
+    rows = 8  # one token x top-8
+    activations = rows * 7168 * 2 + rows * 2 * (2048 // 8) * 2
+    assert cost.bytes == pytest.approx(8 * per_expert + activations)
+    assert cost.flops == 2 * rows * 2 * (2048 // 8) * 7168

@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 
 from infercast.devices import DeviceSpec
-from infercast.trace import OpRecord, TensorSpec
+from infercast.trace import OpRecord
 
 CostFormula = Callable[[OpRecord], "OpCost"]
 _FORMULAS: dict[str, CostFormula] = {}

@@ -78,14 +78,14 @@ class DeviceSpec:
     aliases: tuple[str, ...] = ()
 
     def peak(self, dtype: str) -> float:
-        """Peak for a compute dtype, falling back to the nearest wider type the device has."""
-        for candidate in {"fp4": ("fp4", "fp8", "int8", "bf16"), "fp8": ("fp8", "bf16"),
-                          "int8": ("int8", "fp8", "bf16"), "fp16": ("fp16", "bf16"),
-                          "bf16": ("bf16", "fp16"), "fp32": ("fp32", "bf16")}.get(dtype, (dtype, "bf16")):
+        """Peak for a compute dtype, falling back to the nearest wider type the device has
+        (a W4A8 GEMM on a device without int8 peaks runs at its fp8 or bf16 rate)."""
+        fallbacks = {"fp4": ("fp4", "fp8", "int8", "bf16"), "fp8": ("fp8", "bf16"), "int8": ("int8", "fp8", "bf16"),
+                     "fp16": ("fp16", "bf16"), "bf16": ("bf16", "fp16")}
+        for candidate in fallbacks.get(dtype, (dtype,)):
             if candidate in self.peak_flops_per_s:
-                value = self.peak_flops_per_s[candidate]
-                return value / 8 if candidate == "bf16" and dtype == "fp32" else value
-        raise InfercastError(f"{self.name}: no peak for compute dtype {dtype!r}")
+                return self.peak_flops_per_s[candidate]
+        raise InfercastError(f"{self.name}: no published peak for compute dtype {dtype!r}")
 
     def scale_up_domain(self, super_node: bool = False) -> int:
         return self.super_node_size if super_node and self.super_node_size else self.devices_per_node

@@ -23,21 +23,30 @@ def kimi_default():
     return simulate(UserInput())
 
 
+MOONVIT_BLOCK = 2 * 2 * 1152 + (1152 * 3456 + 3456) + (1152 * 1152 + 1152) + (1152 * 4304 + 4304) + (4304 * 1152 + 1152)
+MOONVIT = 27 * MOONVIT_BLOCK + (588 * 1152 + 1152) + 64 * 64 * 1152 + 2 * 1152  # blocks, patch conv, pos grid, final LN
+PROJECTOR = 2 * 1152 + (4608 * 4608 + 4608) + (4608 * 7168 + 7168)
+
+
 def test_parameter_totals_match_analytic_counts(kimi_default) -> None:
-    # DeepSeek-V3: 671.03 B without the MTP layer; a Kimi-sized config: 1,026.41 B.
+    # DeepSeek-V3: 671.03 B without the MTP layer; Kimi-K2.5: 1,026.41 B text, MoonViT 416.9 M, projector 54.3 M.
     assert sim(model="deepseek-v3", num_hidden_layers_override=None).parameters_billion == pytest.approx(671.03, abs=0.01)
-    assert kimi_default.parameters_billion == pytest.approx(1026.41, abs=0.01)
+    assert MOONVIT / 1e6 == pytest.approx(416.9, abs=0.05) and PROJECTOR / 1e6 == pytest.approx(54.3, abs=0.05)
+    assert kimi_default.vision_parameters_billion * 1e9 == MOONVIT + PROJECTOR
+    assert kimi_default.parameters_billion - kimi_default.vision_parameters_billion == pytest.approx(1026.41, abs=0.01)
 
 
 def test_weight_memory_matches_the_checkpoint_layout(kimi_default) -> None:
     """INT4 routed experts (group 32, bf16 scales) + bf16 elsewhere, split 8 ways, except the fused
-    QKV-down projection, which sglang replicates on every TP rank."""
+    QKV-down projection and the router, which sglang replicates on every TP rank; the vision tower in bf16."""
     experts = 60 * 384 * 3 * 7168 * 2048  # routed expert weights, layers 1-60
     qkv_a = 61 * 7168 * (1536 + 512 + 64)
     int4_bytes = experts * (0.5 + 2 / 32)
-    sharded = (1026.408209408e9 - experts - qkv_a) * 2
-    expected = (int4_bytes + sharded) / 8 + qkv_a * 2
-    assert kimi_default.memory_gib["weights"] == pytest.approx(expected / 2**30, rel=0.005)
+    router = 60 * 384 * 7168  # replicated, like sglang's gate
+    sharded = (1026.408209408e9 - experts - qkv_a - router) * 2
+    vision = (MOONVIT + PROJECTOR) * 2 / 8  # bf16, split over TP8 (small replicated parts are inside the tolerance)
+    expected = (int4_bytes + sharded) / 8 + (qkv_a + router) * 2 + vision
+    assert kimi_default.memory_gib["weights"] == pytest.approx(expected / 2**30, rel=0.001)
 
 
 def test_tp_divides_sharded_weights() -> None:

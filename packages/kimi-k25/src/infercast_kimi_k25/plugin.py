@@ -1,4 +1,4 @@
-"""Entry point of the Kimi-K2.5 adapter: profile and offline resolution.
+"""Entry point of the Kimi-K2.5 adapter: profile, offline resolution, config and class patches.
 
 Everything here is gated on model_type ``kimi_k25``; other models are never touched.
 """
@@ -9,6 +9,8 @@ from typing import Callable
 
 from infercast_adapters import ModelProfile, hookimpl
 
+from infercast_kimi_k25 import class_patches as _class_patches
+from infercast_kimi_k25 import config_patches as _config_patches
 from infercast_kimi_k25.architecture import ALIASES, MODEL_ID, kimi_k25_config
 
 MODEL_TYPE = "kimi_k25"
@@ -27,7 +29,7 @@ PROFILE = ModelProfile(
     language_model_path="model.language_model",
     layers_path="model.language_model.layers",
     vision_tower_path="model.vision_tower",
-    vision_blocks_path="model.vision_tower.encoder.blocks",
+    vision_blocks_path="model.vision_tower.layers",
     moe_routing_after_dp_split=True,
 )
 
@@ -42,3 +44,16 @@ def infercast_resolve_config(model_ref: str):
     if model_ref == MODEL_ID or model_ref in ALIASES or model_ref.lower() in ALIASES:
         return kimi_k25_config()
     return None
+
+
+@hookimpl
+def infercast_patch_config(config) -> None:
+    if getattr(config, "model_type", None) == MODEL_TYPE:
+        _config_patches.patch_config(config)
+
+
+@hookimpl
+def infercast_class_patches(config):
+    if getattr(config, "model_type", None) != MODEL_TYPE:
+        return None
+    return _class_patches.class_patches(config)

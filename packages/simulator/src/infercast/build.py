@@ -24,6 +24,7 @@ from infercast.layers import (
     SimModule,
     SimMoE,
 )
+from infercast.vision import SimVisionTower, convert_vision
 
 
 def _get_path(root: Any, path: str) -> Any:
@@ -41,12 +42,14 @@ def _linear_out(module: nn.Module, name: str) -> int | None:
 class SimModel(SimModule):
     """One rank of the deployed language model: embedding, decoder layers, head."""
 
-    def __init__(self, ctx: SimContext, embed: SimEmbedding, layers: list[SimDecoderLayer], head: SimLMHead) -> None:
+    def __init__(self, ctx: SimContext, embed: SimEmbedding, layers: list[SimDecoderLayer], head: SimLMHead,
+                 vision: SimVisionTower | None = None) -> None:
         super().__init__()
         self.ctx = ctx
         self.embed_tokens = embed
         self.layers = nn.ModuleList(layers)
         self.head = head
+        self.vision = vision
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         h = self.embed_tokens(ids)
@@ -60,23 +63,30 @@ class SimModel(SimModule):
 class BuiltModel:
     sim: SimModel
     hf_param_count: int
-    """Parameters of the transformers language model built on meta (embedding and lm_head included)."""
+    """Parameters of the transformers model built on meta (embedding, lm_head and any vision
+    tower and projector included)."""
     profile: ModelProfile
     text_config: Any
+    vision_param_count: int = 0
+    """Of which the vision tower and projector."""
 
 
 def hf_language_model(config: Any, profile: ModelProfile, manager: AdapterManager) -> nn.Module:
-    """The transformers model for ``config`` on meta, built under the adapters' class patches."""
-    from transformers import AutoModelForCausalLM
+    """The transformers model for ``config`` on meta, built under the adapters' class patches:
+    the whole vision-language model when the profile has a vision tower, else the causal LM."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
     from transformers.initialization import no_init_weights
 
     patches = manager.class_patches(config)
-    text_config = text_config_of(config) if profile.text_config_key else config
+    vision = profile.has_vision and getattr(config, "vision_config", None) is not None
+    target = config if vision or not profile.text_config_key else text_config_of(config)
     with patched(patches, config.model_type), torch.device("meta"), no_init_weights(), _quiet():
         try:
-            return AutoModelForCausalLM.from_config(text_config, dtype=torch.bfloat16)
+            if vision:
+                return AutoModelForImageTextToText.from_config(target, dtype=torch.bfloat16)
+            return AutoModelForCausalLM.from_config(target, dtype=torch.bfloat16)
         except Exception as exc:  # a config transformers cannot instantiate
-            raise InfercastError(f"transformers could not build {text_config.model_type} on meta: {exc}") from exc
+            raise InfercastError(f"transformers could not build {target.model_type} on meta: {exc}") from exc
 
 
 @contextlib.contextmanager
@@ -117,8 +127,27 @@ def convert(hf: nn.Module, config: Any, profile: ModelProfile, ctx: SimContext) 
         sim_layers.append(SimDecoderLayer(ctx, attn, mlp, hidden, index))
     for index, sim_layer in enumerate(sim_layers):
         hf_layers[index] = sim_layer
-    sim = SimModel(ctx, SimEmbedding(ctx, text.vocab_size, hidden), sim_layers, SimLMHead(ctx, text.vocab_size, hidden))
-    return BuiltModel(sim=sim, hf_param_count=param_count, profile=profile, text_config=text)
+    tower, vision_params = None, 0
+    if profile.has_vision and _has_path(hf, profile.vision_tower_path):
+        hf_vision = _get_path(hf, profile.vision_tower_path)
+        projector = _find_projector(hf, profile)
+        vision_params = sum(p.numel() for p in hf_vision.parameters())
+        vision_params += sum(p.numel() for p in projector.parameters()) if projector is not None else 0
+        tower = convert_vision(hf_vision, _get_path(hf, profile.vision_blocks_path), projector, config, hidden, ctx)
+    sim = SimModel(ctx, SimEmbedding(ctx, text.vocab_size, hidden), sim_layers, SimLMHead(ctx, text.vocab_size, hidden),
+                   vision=tower)
+    return BuiltModel(sim=sim, hf_param_count=param_count, profile=profile, text_config=text,
+                      vision_param_count=vision_params)
+
+
+def _find_projector(hf: nn.Module, profile: ModelProfile) -> nn.Module | None:
+    """The multimodal projector: the child named like one next to the vision tower."""
+    parent_path, _, _ = profile.vision_tower_path.rpartition(".")
+    parent = _get_path(hf, parent_path) if parent_path else hf
+    for name, child in parent.named_children():
+        if "projector" in name or name in ("multi_modal_projector", "merger", "connector"):
+            return child
+    return None
 
 
 def _has_path(root: Any, path: str) -> bool:

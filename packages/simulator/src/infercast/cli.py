@@ -83,7 +83,8 @@ def _cmd_simulate(args: argparse.Namespace, console: Console) -> int:
         decode=args.decode, quantize_linear_action=args.quantize_linear_action, kv_cache_dtype=args.kv_cache_dtype,
         num_mtp_tokens=args.num_mtp_tokens, two_batch_overlap=args.two_batch_overlap,
         num_hidden_layers_override=args.num_hidden_layers_override, trace_every_layer=args.trace_every_layer,
-        super_node=args.super_node,
+        super_node=args.super_node, image_batch_size=args.image_batch_size, image_height=args.image_height,
+        image_width=args.image_width,
     )
     result = simulate(user)
     if args.output_json:
@@ -138,6 +139,10 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
                    help="tokens already cached per request (default: 2048 for decode, 0 for prefill)")
     g.add_argument("--decode", action="store_true", help="a decode step (the default when no --query-length is given)")
     g.add_argument("--num-mtp-tokens", type=_int, default=0, help="MTP draft tokens verified per decode step")
+    g.add_argument("--image-batch-size", type=_int, default=0,
+                   help="images per request (vision-language models): encoded in prefill, cached in decode")
+    g.add_argument("--image-height", type=_int, default=None, help="image height in pixels")
+    g.add_argument("--image-width", type=_int, default=None, help="image width in pixels")
     g = p.add_argument_group("numerics")
     g.add_argument("--quantize-linear-action", default=None, metavar="ACTION",
                    help=f"one of {', '.join(ACTIONS)} (default: the checkpoint's quantization_config)")

@@ -143,6 +143,28 @@ def _(x, residual, weight):
     return torch.empty_like(x), torch.empty_like(residual)
 
 
+@torch.library.custom_op("infercast::layer_norm", mutates_args=())
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """LayerNorm with affine weight and bias (vision encoders, projectors)."""
+    raise NotImplementedError
+
+
+@layer_norm.register_fake
+def _(x, weight, bias):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("infercast::gelu", mutates_args=())
+def gelu(x: torch.Tensor) -> torch.Tensor:
+    """GELU (tanh or erf form; same cost)."""
+    raise NotImplementedError
+
+
+@gelu.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
 @torch.library.custom_op("infercast::silu_and_mul", mutates_args=())
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     """``silu(x[..., :n]) * x[..., n:]`` for the fused gate/up projection output."""

@@ -20,6 +20,14 @@ def print_summary(result: SimResult, console: Console, *, show_ops: int = 10) ->
         f"{result.phase} step: {w['num_queries']} requests x {w['query_length']} new tokens on "
         f"{w['context_length']} cached ({w['tokens_per_rank']} tokens per rank)"
     )
+    if result.images:
+        im = result.images
+        where = (f"encoded this step ({im['encoded_per_rank']} per rank, vision tower {im['vision_ms']:.3f} ms)"
+                 if result.phase == "prefill" else "already in the KV cache")
+        console.print(
+            f"images: {im['per_request']} per request, {im['width']}x{im['height']} px -> {im['grid'][1]}x{im['grid'][0]} "
+            f"patches, {im['tokens_per_image']} tokens each; {where}"
+        )
     summary = Table(show_header=False, box=None)
     summary.add_row("step latency", f"{result.step_latency_ms:.3f} ms")
     if result.tpot_ms is not None:

@@ -56,6 +56,11 @@ class UserInput:
     num_hidden_layers_override: int | None = None
     trace_every_layer: bool = False
     super_node: bool = False
+    image_batch_size: int = 0
+    """Images per request. In a prefill step the vision tower encodes them and their tokens join
+    the prompt; in a decode step their tokens are already in the KV cache."""
+    image_height: int | None = None
+    image_width: int | None = None
 
 
 @dataclass
@@ -89,10 +94,12 @@ class SimResult:
     feasible: bool
     max_num_queries: int
     parameters_billion: float
+    vision_parameters_billion: float
     routing_assumption: str | None
     ops: list[OpRow]
     simulation_wall_s: float
     notes: list[str] = field(default_factory=list)
+    images: dict[str, Any] | None = None
     _timed: list = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -168,6 +175,12 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     else:
         query_length = user.query_length
         context = 0 if user.context_length is None else user.context_length
+    vision = _vision_request(user, config, profile)
+    image_tokens = vision.tokens * user.image_batch_size if vision else 0
+    if decode:
+        context += image_tokens
+    else:
+        query_length += image_tokens
     workload = Workload(num_queries=user.num_queries, query_length=query_length, context_length=context, decode=decode)
     validate_workload(workload, max_positions=getattr(text, "max_position_embeddings", None))
     if user.kv_cache_dtype not in KV_DTYPES:
@@ -176,10 +189,36 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     quant = _resolve_quant(config, text, user.quantize_linear_action)
     ctx = SimContext(parallel=parallel, workload=workload, quant=quant, kv_cache_dtype=KV_DTYPES[user.kv_cache_dtype])
     built = build(config, profile, ctx, manager)
-    records = trace(built.sim, ctx.tokens, every_layer=user.trace_every_layer)
+    images = ctx.requests * user.image_batch_size if vision and not decode else 0
+    records = trace(built.sim, ctx.tokens, every_layer=user.trace_every_layer, images=images,
+                    patches_per_image=vision.patches if vision else 0)
     result = price(user, built, records, device, ctx, decode, query_length, context, quant.describe())
+    if vision:
+        result.images = {"per_request": user.image_batch_size, "height": vision.height, "width": vision.width,
+                         "grid": [vision.grid_h, vision.grid_w], "patches_per_image": vision.patches,
+                         "tokens_per_image": vision.tokens, "encoded_per_rank": images,
+                         "vision_ms": sum(t.seconds * r.count for r, t in result._timed if r.path.startswith("vision")) * 1e3}
     result.simulation_wall_s = time.perf_counter() - started
     return result
+
+
+def _vision_request(user: UserInput, config: Any, profile: Any):
+    """The image grid of ``user``'s images, or None without images; errors name what is wrong."""
+    from infercast.vision import image_grid
+
+    given = [n for n, v in (("--image-height", user.image_height), ("--image-width", user.image_width)) if v is not None]
+    if not user.image_batch_size:
+        if given:
+            raise InfercastError(f"{' and '.join(given)} given without --image-batch-size (images per request)")
+        return None
+    if not isinstance(user.image_batch_size, int) or user.image_batch_size < 0:
+        raise InfercastError(f"--image-batch-size must be a whole number of images per request, got {user.image_batch_size!r}")
+    vision_config = getattr(config, "vision_config", None)
+    if not profile.has_vision or vision_config is None:
+        raise InfercastError(f"{user.model} ({config.model_type}) has no vision tower; drop --image-batch-size")
+    if user.image_height is None or user.image_width is None:
+        raise InfercastError("--image-batch-size needs --image-height and --image-width (pixels)")
+    return image_grid(user.image_height, user.image_width, vision_config)
 
 
 def price(user: UserInput, built: BuiltModel, records: list[OpRecord], device: DeviceSpec, ctx: SimContext,
@@ -237,6 +276,7 @@ def price(user: UserInput, built: BuiltModel, records: list[OpRecord], device: D
         kernel_count=sum(r.count for r, _ in timed),
         memory_gib=memory, feasible=feasible, max_num_queries=max_queries,
         parameters_billion=built.hf_param_count / 1e9,
+        vision_parameters_billion=built.vision_param_count / 1e9,
         routing_assumption=SimMoE.routing_assumption if moe else None,
         ops=ops, simulation_wall_s=0.0, notes=notes,
         _timed=timed,
@@ -256,7 +296,7 @@ def _two_batch_overlap(timed: list[tuple[OpRecord, Timed]], device: DeviceSpec) 
     outside = 0.0
     for r, t in timed:
         if r.layer is None:
-            outside += t.seconds
+            outside += t.seconds * r.count
             continue
         c_m = per_layer.setdefault(r.layers, [0.0, 0.0, r.count])
         c_m[1 if t.bound == "communication" else 0] += t.seconds + fixed
@@ -291,16 +331,25 @@ def _timeline(timed: list[tuple[OpRecord, Timed]]) -> list[dict[str, Any]]:
     by_layer: dict[int, list[tuple[OpRecord, Timed]]] = defaultdict(list)
     head: list[tuple[OpRecord, Timed]] = []
     embed: list[tuple[OpRecord, Timed]] = []
+    vision_before: list[tuple[OpRecord, Timed]] = []
+    vision_blocks: list[tuple[OpRecord, Timed]] = []
+    vision_after: list[tuple[OpRecord, Timed]] = []
     for r, t in timed:
         if r.layer is not None:
             for index in r.layers or (r.layer,):
                 by_layer[index].append((r, t))
+        elif r.path.startswith("vision.blocks"):
+            vision_blocks.append((r, t))
+        elif r.path.startswith("vision"):
+            (vision_after if vision_blocks else vision_before).append((r, t))
         elif r.path.startswith("embed"):
             embed.append((r, t))
         else:
             head.append((r, t))
     events, now = [], 0.0
-    sequence = embed + [item for index in sorted(by_layer) for item in by_layer[index]] + head
+    blocks = vision_blocks * (vision_blocks[0][0].count if vision_blocks else 0)
+    sequence = (vision_before + blocks + vision_after + embed
+                + [item for index in sorted(by_layer) for item in by_layer[index]] + head)
     for r, t in sequence:
         dur = t.seconds * 1e6
         events.append({

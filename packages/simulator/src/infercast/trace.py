@@ -109,11 +109,13 @@ def _module_paths(model: nn.Module, stack: list[str]) -> Iterator[None]:
             handle.remove()
 
 
-def trace(model: nn.Module, tokens: int, *, every_layer: bool = False) -> list[OpRecord]:
+def trace(model: nn.Module, tokens: int, *, every_layer: bool = False, images: int = 0,
+          patches_per_image: int = 0) -> list[OpRecord]:
     """Trace one forward of a :class:`~infercast.build.SimModel` over ``tokens`` tokens.
 
     Decoder layers with equal :meth:`signature` are traced once and their records counted
-    for each of them, unless ``every_layer``.
+    for each of them, unless ``every_layer``. With ``images``, the vision tower first encodes
+    that many images of ``patches_per_image`` patches (its blocks are identical: traced once).
     """
     weight_ids = {id(t) for _, t in model.all_weights()}
     weight_ids |= {id(getattr(m, a)) for m in model.modules() for a in ("w_kc", "w_vc") if hasattr(m, a)}
@@ -126,6 +128,8 @@ def trace(model: nn.Module, tokens: int, *, every_layer: bool = False) -> list[O
         groups.setdefault(key, []).append(layer)
     records: list[OpRecord] = []
     with _module_paths(model, stack), recorder:
+        if images and getattr(model, "vision", None) is not None:
+            records += _trace_vision(model.vision, recorder, images, patches_per_image)
         ids = torch.empty(tokens, dtype=torch.int64, device=META)
         h = model.embed_tokens(ids)
         records += _take(recorder)
@@ -140,6 +144,19 @@ def trace(model: nn.Module, tokens: int, *, every_layer: bool = False) -> list[O
         recorder.layer = None
         model.head(torch.empty(tokens, hidden, dtype=h.dtype, device=META), residual)
         records += _take(recorder)
+    return records
+
+
+def _trace_vision(tower: nn.Module, recorder: _Recorder, images: int, patches: int) -> list[OpRecord]:
+    records = []
+    x = tower.embed(images * patches)
+    records += _take(recorder)
+    tower.blocks[0](x, images, patches)
+    for record in _take(recorder):
+        record.count = len(tower.blocks)
+        records.append(record)
+    tower.project(x)
+    records += _take(recorder)
     return records
 
 

@@ -74,6 +74,10 @@ VISION_CONFIG: dict[str, Any] = {
     "pos_emb_width": 64,
     "pos_emb_time": 4,
     "hidden_act": "gelu_pytorch_tanh",
+    # The image processor's limits (transformers' Kimi_K25ImageProcessor defaults): larger images
+    # are scaled down to at most 16,384 patches and 512 patches per side before padding.
+    "max_patches": 16384,
+    "max_patches_per_side": 512,
 }
 
 

@@ -267,7 +267,7 @@ def mla_with_position_ids(forward: Callable, rotary_class: type) -> Callable:
                 position_ids = torch.arange(seq, device="cpu").unsqueeze(0).to(hidden_states.device)
             rotary = self.__dict__.get("_infercast_rotary")
             if rotary is None:
-                rotary = rotary_class(self.config, device=hidden_states.device)
+                rotary = rotary_class(self.config).to(hidden_states.device)
                 self.__dict__["_infercast_rotary"] = rotary
             position_embeddings = rotary(hidden_states, position_ids)
         return forward(self, hidden_states, position_embeddings, attention_mask, *args, **kwargs)

@@ -79,7 +79,9 @@ def bridge_vision_names(vision: Any) -> dict[str, Any]:
     """A generic vision input generator reads ``spatial_merge_size``, ``temporal_patch_size``,
     ``in_channels`` and the plain ``hidden_size`` family, while Kimi-K2.5's config spells them
     ``merge_kernel_size`` ([2, 2]), not at all (images are single frames, RGB) and ``vt_*``
-    (remote code). Add the missing spellings in both directions. Returns what was added."""
+    (remote code). Add the missing spellings in both directions; where a ``vt_*`` value from the
+    checkpoint differs from the native name's class default, the checkpoint's value is copied
+    over it. Returns what was added or copied."""
     added: dict[str, Any] = {}
 
     def add(name: str, value: Any) -> None:
@@ -93,7 +95,13 @@ def bridge_vision_names(vision: Any) -> dict[str, Any]:
     add("temporal_patch_size", 1)
     add("in_channels", 3)
     for remote, native in VISION_NAME_BRIDGE.items():
-        add(native, getattr(vision, remote, None))
+        remote_value = getattr(vision, remote, None)
+        if remote_value is not None and getattr(vision, native, None) not in (None, remote_value):
+            # A ``vt_*`` value can only come from the checkpoint's file, while the native class
+            # fills its own names with defaults: the file's value is the real one.
+            setattr(vision, native, remote_value)
+            added[native] = remote_value
+        add(native, remote_value)
         add(remote, getattr(vision, native, None))
     return added
 

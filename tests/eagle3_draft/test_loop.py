@@ -1,0 +1,91 @@
+"""The draft/verify loop is lossless, and acceptance is measured with the engines' definitions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from infercast_adapters import ConfigError
+from transformers import AutoModelForCausalLM, LlamaConfig
+
+from infercast_eagle3.config import from_transformers
+from infercast_eagle3.loop import (Eagle3Drafter, SpecSettings, Target, greedy_reference, speculative_generate,
+                                   summarize)
+from infercast_eagle3.model import build_draft
+
+VOCAB = 97
+
+
+def tiny_llama_target(seed: int):
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=6,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    config._attn_implementation = "eager"
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
+def tiny_llama_draft(seed: int, target_hidden: int = 32):
+    torch.manual_seed(seed + 1000)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2, architectures=["LlamaForCausalLMEagle3"])
+    config.target_hidden_size = target_hidden
+    return build_draft(from_transformers(config), "llama")
+
+
+class OracleDrafter:
+    """Proposes exactly the target's next token (optionally wrong from draft position ``wrong_from``)."""
+
+    def __init__(self, model, wrong_from: int | None = None) -> None:
+        self.model, self.wrong_from = model, wrong_from
+
+    def begin(self, tokens, aux):
+        self.tokens = tokens
+
+    @torch.no_grad()
+    def step(self, path_tokens, path_hiddens):
+        logits = self.model(input_ids=torch.tensor([self.tokens + path_tokens])).logits[0, -1]
+        if self.wrong_from is not None and len(path_tokens) + 1 >= self.wrong_from:
+            logits = -logits  # the target's least likely token: never accepted
+        return logits.log_softmax(-1), torch.zeros(1), lambda ids: ids
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("prompt_length", [1, 5, 13])
+@pytest.mark.parametrize("settings", [SpecSettings(3, 1), SpecSettings(3, 2, 5), SpecSettings(2, 3, 6)],
+                         ids=["chain-s3", "tree-s3k2n5", "tree-s2k3n6"])
+def test_llama_target_with_llama_draft_is_lossless(seed, prompt_length, settings) -> None:
+    model = tiny_llama_target(seed)
+    draft = tiny_llama_draft(seed)
+    prompt = torch.randint(0, VOCAB, (prompt_length,), generator=torch.Generator().manual_seed(seed)).tolist()
+    target = Target(model, draft.config.capture_indices(model.config.num_hidden_layers))
+    out = speculative_generate(target, Eagle3Drafter(draft), prompt, 12, settings)
+    assert out.tokens == greedy_reference(model, prompt, 12)
+    assert all(1 <= c.accept_length <= settings.num_steps + 1 for c in out.cycles)
+
+
+def test_a_draft_that_reproduces_the_target_is_always_fully_accepted() -> None:
+    model = tiny_llama_target(0)
+    target = Target(model, [2, 3, 3])
+    out = speculative_generate(target, OracleDrafter(model), [3, 1, 4], 1 + 4 * 5, SpecSettings(3, 1))
+    assert out.tokens == greedy_reference(model, [3, 1, 4], 21)
+    stats = summarize(out.cycles, 3)
+    assert stats.mean_accept_length == 4.0 and stats.mean_accept_rate == 1.0  # s + 1 tokens every cycle
+    assert stats.position_rates == [1.0, 1.0, 1.0] and stats.histogram == {1: 0, 2: 0, 3: 0, 4: 5}
+
+
+def test_a_draft_wrong_from_its_second_token_gives_accept_length_two() -> None:
+    model = tiny_llama_target(1)
+    out = speculative_generate(Target(model, [2, 3, 3]), OracleDrafter(model, wrong_from=2), [7], 13, SpecSettings(3, 1))
+    stats = summarize(out.cycles, 3)
+    assert out.tokens == greedy_reference(model, [7], 13)
+    assert stats.mean_accept_length == 2.0 and stats.mean_accept_rate == pytest.approx(1 / 3)
+    assert stats.position_rates[:2] == [1.0, 0.0]
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    (SpecSettings(3, 1, 5), "num_steps \\+ 1 = 4"),
+    (SpecSettings(2, 2, 9), "2..5"),
+    (SpecSettings(0, 1), ">= 1"),
+])
+def test_bad_settings_are_errors(settings, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        settings.validated()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from infercast_adapters import ConfigError
@@ -33,7 +33,6 @@ class Eagle3Config:
     aux_layer_ids: list[int] | None = None
     """Target layers whose *outputs* the draft reads (checkpoint convention); None: the default."""
     use_aux_hidden_state: bool = True
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def capture_indices(self, num_target_layers: int) -> list[int]:
         """Indices into a transformers ``hidden_states`` tuple (0 = embeddings, i = input of

@@ -110,7 +110,6 @@ class _Node:
     parent: int  # index into the node list; -1 = the root
     depth: int
     score: float
-    hidden: torch.Tensor | None
     path: list[int]
     hiddens: list[torch.Tensor]
 
@@ -129,7 +128,7 @@ def _draft_tree(drafter, settings: SpecSettings) -> list[_Node]:
         candidates.sort(key=lambda c: -c[0])
         frontier = []
         for score, parent, token, path, hiddens in candidates[: settings.topk]:
-            nodes.append(_Node(token, parent, depth, score, None, path + [token], hiddens))
+            nodes.append(_Node(token, parent, depth, score, path + [token], hiddens))
             if depth < settings.num_steps:
                 logp, h, _ = drafter.step(path + [token], hiddens)
                 frontier.append((len(nodes) - 1, path + [token], hiddens + [h], logp, score))
@@ -142,7 +141,7 @@ def _draft_tree(drafter, settings: SpecSettings) -> list[_Node]:
         parent = -1 if node.parent == -1 else remap.get(node.parent)
         if parent is None:  # ancestor not kept (a tie in scores): drop the orphan
             continue
-        tree.append(_Node(node.token, parent, node.depth, node.score, None, node.path, node.hiddens))
+        tree.append(_Node(node.token, parent, node.depth, node.score, node.path, node.hiddens))
     return tree
 
 

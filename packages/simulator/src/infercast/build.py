@@ -133,7 +133,7 @@ def convert(hf: nn.Module, config: Any, profile: ModelProfile, ctx: SimContext) 
         projector = _find_projector(hf, profile)
         vision_params = sum(p.numel() for p in hf_vision.parameters())
         vision_params += sum(p.numel() for p in projector.parameters()) if projector is not None else 0
-        tower = convert_vision(hf_vision, _get_path(hf, profile.vision_blocks_path), projector, config, hidden, ctx)
+        tower = convert_vision(_get_path(hf, profile.vision_blocks_path), projector, config, hidden, ctx)
     sim = SimModel(ctx, SimEmbedding(ctx, text.vocab_size, hidden), sim_layers, SimLMHead(ctx, text.vocab_size, hidden),
                    vision=tower)
     return BuiltModel(sim=sim, hf_param_count=param_count, profile=profile, text_config=text,

@@ -153,7 +153,7 @@ class SimVisionTower(SimModule):
         return OPS.all_reduce(y, self.tp, "tp") if self.tp > 1 else y
 
 
-def convert_vision(hf_vision: nn.Module, blocks: nn.ModuleList, projector: nn.Module | None, config: Any,
+def convert_vision(blocks: nn.ModuleList, projector: nn.Module | None, config: Any,
                    text_hidden: int, ctx: SimContext) -> SimVisionTower:
     """A :class:`SimVisionTower` sized from the transformers vision config, checked against the
     built modules (block count, projector output width)."""

@@ -5,9 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 from infercast_adapters import ConfigError
+from infercast_eagle3.checkpoint import (
+    FUSED,
+    SPLIT,
+    checkpoint_to_module,
+    load_weights,
+    module_to_checkpoint,
+    save_weights,
+)
 from safetensors.torch import load_file, save_file
-
-from infercast_eagle3.checkpoint import FUSED, SPLIT, checkpoint_to_module, load_weights, module_to_checkpoint, save_weights
 
 from .test_loop import tiny_llama_draft
 
@@ -25,11 +31,16 @@ def test_round_trip_keeps_every_tensor(tmp_path) -> None:
 
 
 def test_mla_down_projections_fuse_on_load_and_split_on_save() -> None:
-    q_a, kv_a = torch.randn(6, 16), torch.randn(5, 16)
-    state = checkpoint_to_module({SPLIT[0]: q_a, SPLIT[1]: kv_a, "t2d": torch.ones(3)})
-    assert set(state) == {FUSED} and torch.equal(state[FUSED], torch.cat([q_a, kv_a]))
+    q_a, kv_a, q_bias, kv_bias = torch.randn(6, 16), torch.randn(5, 16), torch.randn(6), torch.randn(5)
+    names = {part: [name + f".{part}" for name in SPLIT] for part in ("weight", "bias")}
+    state = checkpoint_to_module({names["weight"][0]: q_a, names["weight"][1]: kv_a, names["bias"][0]: q_bias,
+                                  names["bias"][1]: kv_bias, "t2d": torch.ones(3)})
+    assert set(state) == {FUSED + ".weight", FUSED + ".bias"}
+    assert torch.equal(state[FUSED + ".weight"], torch.cat([q_a, kv_a]))
+    assert torch.equal(state[FUSED + ".bias"], torch.cat([q_bias, kv_bias]))
     back = module_to_checkpoint(state, q_lora_rank=6)
-    assert torch.equal(back[SPLIT[0]], q_a) and torch.equal(back[SPLIT[1]], kv_a)
+    assert torch.equal(back[names["weight"][0]], q_a) and torch.equal(back[names["weight"][1]], kv_a)
+    assert torch.equal(back[names["bias"][0]], q_bias) and torch.equal(back[names["bias"][1]], kv_bias)
     with pytest.raises(ConfigError, match="q_lora_rank"):
         module_to_checkpoint(state)
 

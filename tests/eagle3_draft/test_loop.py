@@ -5,12 +5,18 @@ from __future__ import annotations
 import pytest
 import torch
 from infercast_adapters import ConfigError
-from transformers import AutoModelForCausalLM, LlamaConfig
-
 from infercast_eagle3.config import from_transformers
-from infercast_eagle3.loop import (Eagle3Drafter, SpecSettings, Target, greedy_reference, speculative_generate,
-                                   summarize)
+from infercast_eagle3.loop import (
+    Eagle3Drafter,
+    SpecSettings,
+    Target,
+    TargetDrafter,
+    greedy_reference,
+    speculative_generate,
+    summarize,
+)
 from infercast_eagle3.model import build_draft
+from transformers import AutoModelForCausalLM, LlamaConfig
 
 VOCAB = 97
 
@@ -31,23 +37,6 @@ def tiny_llama_draft(seed: int, target_hidden: int = 32):
     return build_draft(from_transformers(config), "llama")
 
 
-class OracleDrafter:
-    """Proposes exactly the target's next token (optionally wrong from draft position ``wrong_from``)."""
-
-    def __init__(self, model, wrong_from: int | None = None) -> None:
-        self.model, self.wrong_from = model, wrong_from
-
-    def begin(self, tokens, aux):
-        self.tokens = tokens
-
-    @torch.no_grad()
-    def step(self, path_tokens, path_hiddens):
-        logits = self.model(input_ids=torch.tensor([self.tokens + path_tokens])).logits[0, -1]
-        if self.wrong_from is not None and len(path_tokens) + 1 >= self.wrong_from:
-            logits = -logits  # the target's least likely token: never accepted
-        return logits.log_softmax(-1), torch.zeros(1), lambda ids: ids
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("prompt_length", [1, 5, 13])
 @pytest.mark.parametrize("settings", [SpecSettings(3, 1), SpecSettings(3, 2, 5), SpecSettings(2, 3, 6)],
@@ -65,7 +54,7 @@ def test_llama_target_with_llama_draft_is_lossless(seed, prompt_length, settings
 def test_a_draft_that_reproduces_the_target_is_always_fully_accepted() -> None:
     model = tiny_llama_target(0)
     target = Target(model, [2, 3, 3])
-    out = speculative_generate(target, OracleDrafter(model), [3, 1, 4], 1 + 4 * 5, SpecSettings(3, 1))
+    out = speculative_generate(target, TargetDrafter(model), [3, 1, 4], 1 + 4 * 5, SpecSettings(3, 1))
     assert out.tokens == greedy_reference(model, [3, 1, 4], 21)
     stats = summarize(out.cycles, 3)
     assert stats.mean_accept_length == 4.0 and stats.mean_accept_rate == 1.0  # s + 1 tokens every cycle
@@ -74,7 +63,7 @@ def test_a_draft_that_reproduces_the_target_is_always_fully_accepted() -> None:
 
 def test_a_draft_wrong_from_its_second_token_gives_accept_length_two() -> None:
     model = tiny_llama_target(1)
-    out = speculative_generate(Target(model, [2, 3, 3]), OracleDrafter(model, wrong_from=2), [7], 13, SpecSettings(3, 1))
+    out = speculative_generate(Target(model, [2, 3, 3]), TargetDrafter(model, wrong_from=2), [7], 13, SpecSettings(3, 1))
     stats = summarize(out.cycles, 3)
     assert out.tokens == greedy_reference(model, [7], 13)
     assert stats.mean_accept_length == 2.0 and stats.mean_accept_rate == pytest.approx(1 / 3)
@@ -89,3 +78,17 @@ def test_a_draft_wrong_from_its_second_token_gives_accept_length_two() -> None:
 def test_bad_settings_are_errors(settings, message) -> None:
     with pytest.raises(ConfigError, match=message):
         settings.validated()
+
+
+def test_a_tree_keeps_the_target_path_and_accepts_it_whole() -> None:
+    model = tiny_llama_target(2)
+    settings = SpecSettings(3, 2, 5)
+    out = speculative_generate(Target(model, [2, 3, 3]), TargetDrafter(model), [5, 9], 17, settings)
+    assert out.tokens == greedy_reference(model, [5, 9], 17)
+    stats = summarize(out.cycles, 3)
+    assert stats.mean_accept_length == 4.0 and stats.mean_accept_rate == pytest.approx(3 / 4)  # (4 - 1) / (5 - 1)
+
+
+def test_wrong_from_counts_positions_from_one() -> None:
+    with pytest.raises(ConfigError, match="from 1"):
+        TargetDrafter(tiny_llama_target(0), wrong_from=0)

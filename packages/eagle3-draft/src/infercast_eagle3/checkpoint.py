@@ -13,27 +13,34 @@ import torch
 from infercast_adapters import ConfigError
 from safetensors.torch import load_file, save_file
 
-FUSED = "layers.0.self_attn.fused_qkv_a_proj_with_mqa.weight"
-SPLIT = ("layers.0.self_attn.q_a_proj.weight", "layers.0.self_attn.kv_a_proj_with_mqa.weight")
+FUSED = "layers.0.self_attn.fused_qkv_a_proj_with_mqa"
+SPLIT = ("layers.0.self_attn.q_a_proj", "layers.0.self_attn.kv_a_proj_with_mqa")
 OPTIONAL = ("embed_tokens.weight", "d2t", "t2d")
 
 
 def checkpoint_to_module(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Checkpoint names to module state-dict names (fuse the MLA down projections, drop ``t2d``)."""
     state = {k.removeprefix("model."): v for k, v in tensors.items() if k != "t2d"}
-    if all(name in state for name in SPLIT):
-        state[FUSED] = torch.cat([state.pop(SPLIT[0]), state.pop(SPLIT[1])], 0)
+    for suffix in (".weight", ".bias"):
+        q, kv = (name + suffix for name in SPLIT)
+        if q in state and kv in state:
+            if state[q].shape[1:] != state[kv].shape[1:]:
+                raise ConfigError(f"{q} {tuple(state[q].shape)} and {kv} {tuple(state[kv].shape)} must have the same "
+                                  f"input width to fuse into {FUSED}{suffix}")
+            state[FUSED + suffix] = torch.cat([state.pop(q), state.pop(kv)], 0)
     return state
 
 
 def module_to_checkpoint(state: dict[str, torch.Tensor], q_lora_rank: int | None = None) -> dict[str, torch.Tensor]:
     """Module state-dict names to checkpoint names (split the fused projection after ``q_lora_rank`` rows)."""
     out = dict(state)
-    if FUSED in out:
+    for suffix in (".weight", ".bias"):
+        if FUSED + suffix not in out:
+            continue
         if q_lora_rank is None:
             raise ConfigError("splitting the fused MLA projection needs q_lora_rank")
-        fused = out.pop(FUSED)
-        out[SPLIT[0]], out[SPLIT[1]] = fused[:q_lora_rank].contiguous(), fused[q_lora_rank:].contiguous()
+        fused = out.pop(FUSED + suffix)
+        out[SPLIT[0] + suffix], out[SPLIT[1] + suffix] = fused[:q_lora_rank].contiguous(), fused[q_lora_rank:].contiguous()
     return out
 
 
@@ -49,6 +56,21 @@ def _files(path: str | Path) -> list[Path]:
     return [path]
 
 
+def check_tensors(shapes: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]]) -> None:
+    """Module-named tensor shapes against the draft's: every unexpected, missing (beyond the
+    optional ones) or mis-shaped tensor is a :class:`ConfigError` naming it."""
+    unexpected = sorted(set(shapes) - set(expected))
+    if unexpected:
+        raise ConfigError(f"unexpected tensor(s) in the checkpoint: {', '.join(unexpected)}; "
+                          f"the draft has: {', '.join(sorted(expected))}")
+    missing = [k for k in expected if k not in shapes and k not in OPTIONAL]
+    if missing:
+        raise ConfigError(f"missing tensor(s) in the checkpoint: {', '.join(f'{k} {expected[k]}' for k in missing)}")
+    for name, shape in shapes.items():
+        if tuple(shape) != tuple(expected[name]):
+            raise ConfigError(f"tensor {name} has shape {tuple(shape)}, expected {tuple(expected[name])}")
+
+
 def load_weights(draft, path: str | Path, *, shared_embedding: bool = False) -> list[str]:
     """Load safetensors weights into ``draft``; every tensor must exist with the expected shape.
     Returns the optional tensors that were absent (``embed_tokens.weight`` when shared, ``d2t``)."""
@@ -57,25 +79,14 @@ def load_weights(draft, path: str | Path, *, shared_embedding: bool = False) -> 
         tensors.update(load_file(str(file)))
     state = checkpoint_to_module(tensors)
     expected = draft.state_dict()
-    unexpected = sorted(set(state) - set(expected))
-    if unexpected:
-        raise ConfigError(f"unexpected tensor(s) in the checkpoint: {', '.join(unexpected)}; "
-                          f"the draft has: {', '.join(sorted(expected))}")
-    missing = [k for k in expected if k not in state and k not in OPTIONAL]
-    if missing:
-        shapes = ", ".join(f"{k} {tuple(expected[k].shape)}" for k in missing)
-        raise ConfigError(f"missing tensor(s) in the checkpoint: {shapes}")
-    for name, tensor in state.items():
-        want = tuple(expected[name].shape)
-        if tuple(tensor.shape) != want:
-            raise ConfigError(f"tensor {name} has shape {tuple(tensor.shape)}, expected {want}")
+    check_tensors({k: tuple(v.shape) for k, v in state.items()}, {k: tuple(v.shape) for k, v in expected.items()})
     if "d2t" in state:
         state["d2t"] = state["d2t"].to(torch.long)
-    draft.load_state_dict(state, strict=False)
     absent = [k for k in OPTIONAL if k in expected and k not in state]
     if "embed_tokens.weight" in absent and not shared_embedding:
         raise ConfigError("the checkpoint has no embed_tokens.weight; load it with shared_embedding=True and "
                           "pass the target's embedding")
+    draft.load_state_dict(state, strict=False)
     return absent
 
 

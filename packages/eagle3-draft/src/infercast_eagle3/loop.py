@@ -41,7 +41,7 @@ class SpecSettings:
     num_draft_tokens: int | None = None
     """Tree size including the root; chain (topk 1) requires num_steps + 1, the default."""
 
-    def validated(self) -> "SpecSettings":
+    def validated(self) -> SpecSettings:
         s, k = self.num_steps, self.topk
         if s < 1 or k < 1:
             raise ConfigError(f"num_steps and topk must be >= 1, got {s} and {k}")
@@ -62,15 +62,17 @@ class Target:
 
     @torch.no_grad()
     def __call__(self, ids: list[int], mask: torch.Tensor | None = None, positions: list[int] | None = None):
-        input_ids = torch.tensor([ids])
+        device = self.model.device
+        input_ids = torch.tensor([ids], device=device)
         kwargs = {}
         if mask is not None:
             # additive float mask [1, 1, q, k]: 0 where attention is allowed, -inf elsewhere
-            kwargs["attention_mask"] = torch.where(mask, 0.0, float("-inf"))[None, None].to(self.model.dtype)
-            kwargs["position_ids"] = torch.tensor([positions])
+            additive = torch.where(mask, 0.0, float("-inf"))[None, None]
+            kwargs["attention_mask"] = additive.to(device=device, dtype=self.model.dtype)
+            kwargs["position_ids"] = torch.tensor([positions], device=device)
         out = self.model(input_ids=input_ids, output_hidden_states=True, **kwargs)
         aux = torch.cat([out.hidden_states[i][0] for i in self.capture], -1)
-        return out.logits[0], aux
+        return out.logits[0].float().cpu(), aux
 
 
 @torch.no_grad()
@@ -78,7 +80,7 @@ def greedy_reference(model, prompt: list[int], max_new_tokens: int) -> list[int]
     """The target's own greedy continuation (the ground truth of losslessness)."""
     ids = list(prompt)
     for _ in range(max_new_tokens):
-        ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
+        ids.append(int(model(input_ids=torch.tensor([ids], device=model.device)).logits[0, -1].argmax()))
     return ids[len(prompt):]
 
 
@@ -88,20 +90,49 @@ class Eagle3Drafter:
     def __init__(self, draft) -> None:
         self.draft = draft.eval()
 
+    @torch.no_grad()
     def begin(self, tokens: list[int], aux: torch.Tensor) -> None:
         """Target features for positions 0..len(tokens)-2 (the last token is not verified yet)."""
         self.tokens = tokens
-        self.feats = self.draft.project_aux(aux[: len(tokens) - 1])
+        weight = self.draft.fc.weight
+        self.feats = self.draft.project_aux(aux[: len(tokens) - 1].to(device=weight.device, dtype=weight.dtype))
 
     @torch.no_grad()
     def step(self, path_tokens: list[int], path_hiddens: list[torch.Tensor]):
-        """Logits (target vocabulary ids as a mapping) and hidden after the path."""
-        ids = torch.tensor(self.tokens[1:] + path_tokens)
+        """Log-probabilities over the draft vocabulary after the path, the hidden state there,
+        and the draft-to-target id map."""
+        device = self.feats.device
+        ids = torch.tensor(self.tokens[1:] + path_tokens, device=device)
         hidden = torch.cat([self.feats, *[h[None] for h in path_hiddens]], 0) if path_hiddens else self.feats
         seq = ids.shape[0]
-        mask = torch.ones(seq, seq, dtype=torch.bool).tril()
-        logits, h = self.draft(ids, hidden, torch.arange(seq), mask)
-        return logits[-1].log_softmax(-1), h[-1], self.draft.to_target_ids
+        mask = torch.ones(seq, seq, dtype=torch.bool, device=device).tril()
+        logits, h = self.draft(ids, hidden, torch.arange(seq, device=device), mask)
+        return logits[-1].float().log_softmax(-1).cpu(), h[-1], lambda ids: self.draft.to_target_ids(ids.to(device)).cpu()
+
+
+class TargetDrafter:
+    """A drafter that proposes the target's own greedy tokens: every draft is accepted, so a
+    chain with ``num_steps`` s measures an accept length of exactly s + 1. With ``wrong_from``
+    = j, drafts from position j on are the target's least likely token instead, and the accept
+    length is exactly j. A check of the measurement itself, on any target."""
+
+    def __init__(self, model, wrong_from: int | None = None) -> None:
+        if wrong_from is not None and wrong_from < 1:
+            raise ConfigError(f"wrong_from counts draft positions from 1, got {wrong_from}")
+        self.model, self.wrong_from = model.eval(), wrong_from
+
+    def begin(self, tokens: list[int], aux: torch.Tensor) -> None:
+        self.tokens = tokens
+
+    @torch.no_grad()
+    def step(self, path_tokens: list[int], path_hiddens: list[torch.Tensor]):
+        ids = torch.tensor([self.tokens + path_tokens], device=self.model.device)
+        logp = self.model(input_ids=ids).logits[0, -1].float().log_softmax(-1).cpu()
+        if self.wrong_from is not None and len(path_tokens) + 1 >= self.wrong_from:
+            logp = (-logp).log_softmax(-1)  # least likely first: never the target's argmax
+        # the greedy path far ahead of any sibling, so trees keep it whatever their size
+        logp = torch.where(logp == logp.max(), 0.0, logp - 1e4)
+        return logp, torch.zeros(1), lambda ids: ids
 
 
 @dataclass

@@ -13,6 +13,8 @@ from infercast_kimi_k25 import class_patches as _class_patches
 from infercast_kimi_k25 import config_patches as _config_patches
 from infercast_kimi_k25.architecture import ALIASES, MODEL_ID, kimi_k25_config
 
+DRAFT_MODEL_ID = "lightseekorg/kimi-k2.5-eagle3-mla"
+
 MODEL_TYPE = "kimi_k25"
 BUNDLED_REFS = (MODEL_ID,)
 
@@ -40,9 +42,22 @@ def infercast_register_profiles(register: Callable[[ModelProfile], None]) -> Non
 
 
 @hookimpl
+def infercast_register_draft_layers(register: Callable[[str, type], None]) -> None:
+    from infercast_kimi_k25 import eagle3
+
+    eagle3.register_kimi_k2_config()
+    for model_type in eagle3.TARGET_MODEL_TYPES:
+        register(model_type, eagle3.MLADraftLayer)
+
+
+@hookimpl
 def infercast_resolve_config(model_ref: str):
     if model_ref == MODEL_ID or model_ref in ALIASES or model_ref.lower() in ALIASES:
         return kimi_k25_config()
+    if model_ref == DRAFT_MODEL_ID:
+        from infercast_kimi_k25 import eagle3
+
+        return eagle3.eagle3_mla_config()
     return None
 
 

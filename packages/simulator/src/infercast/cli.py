@@ -9,6 +9,7 @@ from typing import Sequence
 
 from infercast_adapters import InfercastError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from infercast import __version__
@@ -188,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.handler(args, console)
     except InfercastError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/bold red] {exc}", highlight=False, markup=True)
+        Console(stderr=True).print(f"[bold red]error:[/bold red] {escape(str(exc))}", highlight=False, markup=True)
         return EXIT_USAGE
 
 

@@ -1,0 +1,163 @@
+"""Acceptance measurement: run prompts through a target and a draft and report what the
+engines report (mean accept length, per-position acceptance rates, a histogram).
+
+The loop re-runs the whole sequence each cycle (no KV cache), so it suits hundreds of tokens
+per prompt on a GPU, or tiny models on CPU; the numbers it gives are exactly those of greedy
+EAGLE3 decoding with the same settings.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from infercast_adapters import ConfigError
+from safetensors import safe_open
+
+from infercast_eagle3.config import from_transformers
+from infercast_eagle3.loop import (
+    Acceptance,
+    Cycle,
+    SpecSettings,
+    Target,
+    greedy_reference,
+    speculative_generate,
+    summarize,
+)
+from infercast_eagle3.model import Eagle3Draft, build_draft
+
+
+@dataclass
+class Measurement:
+    settings: SpecSettings
+    acceptance: Acceptance
+    prompts: int
+    generated_tokens: int
+    per_prompt_accept_length: list[float]
+    wall_s: float
+    lossless: bool | None
+    """Whether every output equalled the target's own greedy decoding (None: not checked)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["acceptance"]["histogram"] = {str(k): v for k, v in self.acceptance.histogram.items()}
+        return out
+
+
+def num_target_layers(model) -> int:
+    return model.config.get_text_config().num_hidden_layers
+
+
+def measure(model, drafter, prompts: Sequence[Sequence[int]], settings: SpecSettings = SpecSettings(),
+            max_new_tokens: int = 64, *, capture: list[int] | None = None, eos_token_id: int | None = None,
+            check_lossless: bool = False, on_prompt: Callable[[int], None] | None = None) -> Measurement:
+    """Greedy speculative decoding of every prompt; acceptance over all cycles.
+
+    ``drafter`` is an :class:`Eagle3Drafter` (its config names the aux layers) or any object
+    with ``begin``/``step`` (then ``capture`` defaults to the last hidden state)."""
+    settings = settings.validated()
+    if not prompts:
+        raise ConfigError("no prompts to measure")
+    if max_new_tokens < 2:
+        raise ConfigError(f"max_new_tokens must be >= 2 (one draft/verify cycle), got {max_new_tokens}")
+    layers = num_target_layers(model)
+    if capture is None:
+        draft = getattr(drafter, "draft", None)
+        capture = draft.config.capture_indices(layers) if draft is not None else [layers]
+    target = Target(model, capture)
+    cycles: list[Cycle] = []
+    per_prompt, generated, lossless = [], 0, True if check_lossless else None
+    start = time.perf_counter()
+    for i, prompt in enumerate(prompts):
+        out = speculative_generate(target, drafter, list(prompt), max_new_tokens, settings, eos_token_id)
+        if check_lossless and out.tokens != greedy_reference(model, list(prompt), len(out.tokens)):
+            lossless = False
+        cycles += out.cycles
+        generated += len(out.tokens)
+        if out.cycles:
+            per_prompt.append(sum(c.accept_length for c in out.cycles) / len(out.cycles))
+        if on_prompt is not None:
+            on_prompt(i)
+    return Measurement(settings, summarize(cycles, settings.num_steps), len(prompts), generated, per_prompt,
+                       time.perf_counter() - start, lossless)
+
+
+# ------------------------------------------------------------------------------ loading
+
+
+def load_target(ref: str, *, dtype: torch.dtype = torch.bfloat16, device: str = "cpu"):
+    """A transformers causal LM (or image-text-to-text model, e.g. Kimi-K2.5) from a hub id or path."""
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        AutoModelForImageTextToText,
+    )
+
+    try:
+        config = AutoConfig.from_pretrained(ref)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read the target's config from {ref!r}: {exc}") from None
+    for auto in (AutoModelForCausalLM, AutoModelForImageTextToText):
+        try:
+            return auto.from_pretrained(ref, config=config, dtype=dtype).to(device).eval()
+        except ValueError:
+            continue
+    raise ConfigError(f"{ref}: model_type {config.model_type!r} is neither a causal LM nor an image-text-to-text model "
+                      "transformers can build")
+
+
+def _checkpoint_names(path: Path) -> set[str]:
+    files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
+    names: set[str] = set()
+    for file in files:
+        with safe_open(str(file), "pt") as handle:
+            names.update(k.removeprefix("model.") for k in handle.keys())
+    return names
+
+
+def load_draft(path: str | Path, model, *, manager: Any = None, dtype: torch.dtype = torch.bfloat16) -> Eagle3Draft:
+    """An EAGLE3 draft from a directory with ``config.json`` and safetensors weights, checked
+    against the target it will serve; without ``embed_tokens`` it shares the target's."""
+    from transformers import AutoConfig
+
+    from infercast_eagle3.checkpoint import load_weights
+
+    if manager is None:
+        from infercast_adapters.manager import load_default_manager
+
+        manager = load_default_manager()
+    manager.draft_layers()  # adapters register their config aliases (kimi_k2) at start-up
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"{path}: expected a draft directory with config.json and *.safetensors")
+    config = from_transformers(AutoConfig.from_pretrained(path))
+    target_config = model.config.get_text_config()
+    check_fits(config, target_config.hidden_size, target_config.vocab_size, "d2t" in _checkpoint_names(path))
+    shared = None if "embed_tokens.weight" in _checkpoint_names(path) else model.get_input_embeddings()
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(model.device):
+            draft = build_draft(config, target_config.model_type, manager, embed_tokens=shared)
+    finally:
+        torch.set_default_dtype(previous)
+    load_weights(draft, path, shared_embedding=shared is not None)
+    return draft.eval()
+
+
+def check_fits(config, target_hidden: int, target_vocab: int, has_d2t: bool) -> None:
+    """A draft serves a target only if it reads the target's hidden states and maps its
+    vocabulary onto the target's."""
+    if config.target_hidden_size != target_hidden:
+        raise ConfigError(f"the draft reads hidden states {config.target_hidden_size} wide (target_hidden_size); "
+                          f"the target's are {target_hidden}")
+    if config.vocab_size != target_vocab:
+        raise ConfigError(f"the draft's vocabulary has {config.vocab_size} tokens, the target's {target_vocab}")
+    if config.draft_vocab_size != target_vocab and not has_d2t:
+        raise ConfigError(f"the draft predicts {config.draft_vocab_size} of the target's {target_vocab} tokens but its "
+                          "checkpoint has no d2t map from draft ids to target ids")
+

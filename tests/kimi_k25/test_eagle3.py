@@ -1,0 +1,160 @@
+"""Kimi-K2.5's MLA EAGLE3 draft: shapes on meta and CPU, checkpoints, errors, a lossless loop
+against a tiny DeepSeek-V3 target."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from infercast_adapters import ConfigError
+from infercast_eagle3.checkpoint import load_weights, save_weights
+from infercast_eagle3.config import from_transformers
+from infercast_eagle3.loop import (
+    Eagle3Drafter,
+    SpecSettings,
+    Target,
+    greedy_reference,
+    speculative_generate,
+)
+from infercast_eagle3.model import build_draft
+from infercast_kimi_k25 import eagle3
+from infercast_kimi_k25.eagle3 import (
+    Eagle3DeepseekV2ForCausalLM,
+    MLADraftLayer,
+    eagle3_mla_config,
+)
+from safetensors.torch import load_file
+from transformers import AutoConfig, AutoModelForCausalLM, DeepseekV3Config
+
+VOCAB = 97
+TINY_MLA = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=16,
+                qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, vocab_size=VOCAB, max_position_embeddings=256)
+
+
+def tiny_deepseek_target(seed: int):
+    torch.manual_seed(seed)
+    config = DeepseekV3Config(**TINY_MLA, num_hidden_layers=6, intermediate_size=64, moe_intermediate_size=16,
+                              n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1,
+                              n_group=1, topk_group=1, rope_theta=50000.0)
+    config._attn_implementation = "eager"
+    model = AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():  # random routing biases would leave the tiny MoE near-degenerate
+        for name, param in model.named_parameters():
+            if "e_score_correction_bias" in name:
+                param.normal_(0, 0.02)
+    return model
+
+
+def tiny_mla_config(**overrides):
+    """The published draft's config at toy width (yarn rope and all), default aux layers."""
+    fields = dict(TINY_MLA, intermediate_size=64, draft_vocab_size=VOCAB, target_hidden_size=32, eagle_config={})
+    fields.update(overrides)
+    return eagle3_mla_config(**fields)
+
+
+def tiny_mla_draft(seed: int, manager, **overrides):
+    torch.manual_seed(seed + 1000)
+    return build_draft(from_transformers(tiny_mla_config(**overrides)), "deepseek_v3", manager)
+
+
+def test_the_plugin_registers_the_mla_layer_for_deepseek_family_targets(kimi_manager) -> None:
+    layers = kimi_manager.draft_layers()
+    assert {model_type: layers[model_type] for model_type in ("kimi_k25", "kimi_k2", "deepseek_v3")} == dict.fromkeys(
+        ("kimi_k25", "kimi_k2", "deepseek_v3"), MLADraftLayer)
+    assert "llama" not in layers
+
+
+def test_kimi_k2_is_a_deepseek_v3_config_alias_for_auto_config(kimi_manager, tmp_path) -> None:
+    kimi_manager.draft_layers()  # start-up registers the alias
+    (tmp_path / "config.json").write_text(json.dumps(tiny_mla_config().to_dict()))
+    config = AutoConfig.from_pretrained(tmp_path)
+    assert type(config) is eagle3.KimiK2Config and isinstance(config, DeepseekV3Config)
+    assert config.architectures == ["Eagle3DeepseekV2ForCausalLM"] and config.q_lora_rank == 24
+    assert config.eagle_config == {} and config.draft_vocab_size == VOCAB
+
+
+def test_the_published_draft_on_meta_has_the_doubled_width_fused_projection(kimi_manager) -> None:
+    config = from_transformers(eagle3_mla_config())
+    assert config.capture_indices(61) == [2, 30, 58]  # ids [1, 29, 57] are layer outputs
+    with torch.device("meta"):
+        draft = build_draft(config, "kimi_k25", kimi_manager).to(torch.bfloat16)
+    assert type(draft) is Eagle3DeepseekV2ForCausalLM
+    attn = draft.layers[0].self_attn
+    assert tuple(attn.fused_qkv_a_proj_with_mqa.weight.shape) == (1536 + 512 + 64, 2 * 7168)
+    assert tuple(attn.q_b_proj.weight.shape) == (64 * (128 + 64), 1536)
+    assert tuple(attn.kv_b_proj.weight.shape) == (64 * (128 + 128), 512)
+    assert tuple(draft.fc.weight.shape) == (7168, 3 * 7168) and tuple(draft.lm_head.weight.shape) == (163840, 7168)
+    seq = 5
+    logits, hidden = draft(torch.zeros(seq, dtype=torch.long, device="meta"),
+                           draft.project_aux(torch.empty(seq, 3 * 7168, device="meta", dtype=torch.bfloat16)),
+                           torch.arange(seq, device="meta"), torch.ones(seq, seq, dtype=torch.bool, device="meta").tril())
+    assert logits.shape == (seq, 163840) and hidden.shape == (seq, 7168)
+    assert logits.dtype == hidden.dtype == torch.bfloat16 and logits.device.type == "meta"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_tiny_draft_forward_on_cpu(kimi_manager, dtype) -> None:
+    draft = tiny_mla_draft(0, kimi_manager).to(dtype)
+    seq = 7
+    logits, hidden = draft(torch.arange(seq), draft.project_aux(torch.randn(seq, 96, dtype=dtype)), torch.arange(seq),
+                           torch.ones(seq, seq, dtype=torch.bool).tril())
+    assert logits.shape == (seq, VOCAB) and hidden.shape == (seq, 32)
+    assert logits.dtype == hidden.dtype == dtype and torch.isfinite(logits.float()).all()
+    # causal: the first position's output does not depend on later tokens
+    later = torch.arange(seq).flip(0)
+    later[0] = 0
+    again, _ = draft(later, draft.project_aux(torch.randn(seq, 96, dtype=dtype)), torch.arange(seq),
+                     torch.ones(seq, seq, dtype=torch.bool).tril())
+    assert not torch.equal(again[1:], logits[1:])
+
+
+def test_the_fused_projection_equals_the_two_down_projections_it_replaces(kimi_manager) -> None:
+    """Split the fused weight as a checkpoint stores it and apply q_a / kv_a separately."""
+    attn = tiny_mla_draft(0, kimi_manager).layers[0].self_attn
+    x = torch.randn(3, 64)
+    q_a, kv_a = attn.fused_qkv_a_proj_with_mqa.weight.split([24, 16 + 4], 0)
+    fused = attn.fused_qkv_a_proj_with_mqa(x)
+    assert torch.allclose(fused, torch.cat([x @ q_a.T, x @ kv_a.T], -1), atol=1e-6)
+
+
+def test_yarn_scales_the_softmax_like_the_target(kimi_manager) -> None:
+    attn = tiny_mla_draft(0, kimi_manager).layers[0].self_attn
+    mscale = 0.1 * 1.0 * torch.log(torch.tensor(64.0)).item() + 1.0  # factor 64, mscale_all_dim 1
+    assert attn.scale == pytest.approx((8 + 4) ** -0.5 * mscale ** 2)
+    plain = tiny_mla_draft(0, kimi_manager, rope_scaling=None).layers[0].self_attn
+    assert plain.scale == pytest.approx((8 + 4) ** -0.5)
+
+
+def test_a_draft_config_without_q_lora_rank_is_an_error(kimi_manager) -> None:
+    with pytest.raises(ConfigError, match="needs q_lora_rank.*q_lora_rank=None"):
+        tiny_mla_draft(0, kimi_manager, q_lora_rank=None)
+
+
+def test_checkpoints_store_q_a_and_kv_a_separately_and_round_trip(kimi_manager, tmp_path) -> None:
+    draft = tiny_mla_draft(0, kimi_manager)
+    path = save_weights(draft, tmp_path)
+    stored = load_file(str(path))
+    assert tuple(stored["layers.0.self_attn.q_a_proj.weight"].shape) == (24, 64)
+    assert tuple(stored["layers.0.self_attn.kv_a_proj_with_mqa.weight"].shape) == (16 + 4, 64)
+    assert not any("fused" in name for name in stored)
+    assert {f"layers.0.self_attn.{n}.weight" for n in ("q_a_layernorm", "q_b_proj", "kv_a_layernorm", "kv_b_proj",
+                                                         "o_proj")} <= set(stored)
+    fresh = tiny_mla_draft(1, kimi_manager)
+    load_weights(fresh, tmp_path)
+    for (name, a), (_, b) in zip(draft.state_dict().items(), fresh.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("prompt_length", [1, 6, 11])
+@pytest.mark.parametrize("settings", [SpecSettings(3, 1), SpecSettings(3, 2, 5), SpecSettings(2, 3, 6)],
+                         ids=["chain-s3", "tree-s3k2n5", "tree-s2k3n6"])
+def test_deepseek_v3_target_with_the_mla_draft_is_lossless(kimi_manager, seed, prompt_length, settings) -> None:
+    model = tiny_deepseek_target(seed)
+    draft = tiny_mla_draft(seed, kimi_manager)
+    prompt = torch.randint(0, VOCAB, (prompt_length,), generator=torch.Generator().manual_seed(seed)).tolist()
+    target = Target(model, draft.config.capture_indices(model.config.num_hidden_layers))
+    out = speculative_generate(target, Eagle3Drafter(draft), prompt, 12, settings)
+    assert out.tokens == greedy_reference(model, prompt, 12)
+    assert all(1 <= c.accept_length <= settings.num_steps + 1 for c in out.cycles)

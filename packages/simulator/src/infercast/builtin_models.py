@@ -106,7 +106,13 @@ _MIXTRAL_8X7B = {
     "sliding_window": None,
 }
 
+# The EAGLE-3 authors' draft for Llama-3.1-8B-Instruct (its published config.json): one
+# Llama-style layer at the target's width reading 3 aux layers, a 32,000-token draft vocabulary.
+_LLAMA_31_8B_EAGLE3 = dict(_LLAMA_31_8B, architectures=["LlamaForCausalLMEagle3"], num_hidden_layers=1,
+                           draft_vocab_size=32000, target_hidden_size=4096)
+
 BUNDLED: dict[str, dict] = {
+    "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B": _LLAMA_31_8B_EAGLE3,
     "deepseek-ai/DeepSeek-V3": _DEEPSEEK_V3,
     "deepseek-ai/DeepSeek-R1": _DEEPSEEK_V3,  # same architecture and quantization
     "Qwen/Qwen3-235B-A22B": _QWEN3_235B,

@@ -85,7 +85,7 @@ def _cmd_simulate(args: argparse.Namespace, console: Console) -> int:
         num_mtp_tokens=args.num_mtp_tokens, two_batch_overlap=args.two_batch_overlap,
         num_hidden_layers_override=args.num_hidden_layers_override, trace_every_layer=args.trace_every_layer,
         super_node=args.super_node, image_batch_size=args.image_batch_size, image_height=args.image_height,
-        image_width=args.image_width,
+        image_width=args.image_width, **speculative_fields(args),
     )
     result = simulate(user)
     if args.output_json:
@@ -97,6 +97,49 @@ def _cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     else:
         print_summary(result, console, show_ops=args.show_ops)
     return 0
+
+
+def speculative_fields(args: argparse.Namespace) -> dict:
+    return {name: getattr(args, name) for name in (
+        "speculative_algorithm", "speculative_draft_model", "speculative_num_steps", "speculative_eagle_topk",
+        "speculative_num_draft_tokens", "accept_length", "acceptance_rates", "acceptance_matrix", "acceptance_preset",
+        "accept_length_from")}
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def add_speculative_arguments(p: argparse.ArgumentParser, *, grid: bool = False) -> None:
+    from infercast.acceptance import PRESETS
+
+    g = p.add_argument_group("speculative decoding (sglang's flag names)")
+    g.add_argument("--speculative-algorithm", type=str.upper, default=None, metavar="ALGO",
+                   help="EAGLE3 (with --speculative-draft-model) or MTP (DeepSeek-V3's own layer; EAGLE and NEXTN "
+                        "are accepted as sglang's names for it)")
+    g.add_argument("--speculative-draft-model", default=None, metavar="NAME_OR_PATH",
+                   help="draft: hub id, config.json or directory, or bundled (lightseekorg/kimi-k2.5-eagle3-mla, "
+                        "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B)")
+    if not grid:
+        g.add_argument("--speculative-num-steps", type=_int, default=None, metavar="S",
+                       help="draft steps per cycle (default: 3 for MLA targets, 5 otherwise, as sglang chooses)")
+        g.add_argument("--speculative-eagle-topk", type=_int, default=None, metavar="K",
+                       help="candidates kept per step; 1 = chain (default 1 for MLA targets, 4 otherwise)")
+        g.add_argument("--speculative-num-draft-tokens", type=_int, default=None, metavar="N",
+                       help="tokens verified per cycle (chain: S + 1)")
+    g.add_argument("--accept-length", type=_float, default=None, metavar="TAU",
+                   help="measured accept length at this setting (1 .. S + 1)")
+    g.add_argument("--acceptance-rates", default=None, metavar="A1,A2,...",
+                   help="per-position acceptance rates of a chain, each in [0, 1]")
+    g.add_argument("--acceptance-matrix", default=None, metavar="ROWS",
+                   help="depth x rank acceptance for trees: 'a11,a12;a21,a22;...'")
+    g.add_argument("--acceptance-preset", default=None, metavar="NAME",
+                   help=f"published accept length ({', '.join(PRESETS)})")
+    g.add_argument("--accept-length-from", default=None, metavar="FILE",
+                   help="read the accept length from an sglang server log or metrics text")
 
 
 def _write(path: str, text: str) -> None:
@@ -139,7 +182,9 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--context-length", type=_int, default=None,
                    help="tokens already cached per request (default: 2048 for decode, 0 for prefill)")
     g.add_argument("--decode", action="store_true", help="a decode step (the default when no --query-length is given)")
-    g.add_argument("--num-mtp-tokens", type=_int, default=0, help="MTP draft tokens verified per decode step")
+    g.add_argument("--num-mtp-tokens", type=_int, default=0,
+                   help="DeepSeek-V3 MTP draft steps per cycle (same as --speculative-algorithm MTP "
+                        "--speculative-num-steps N)")
     g.add_argument("--image-batch-size", type=_int, default=0,
                    help="images per request (vision-language models): encoded in prefill, cached in decode")
     g.add_argument("--image-height", type=_int, default=None, help="image height in pixels")
@@ -172,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_cmd_devices)
     p = sub.add_parser("simulate", help="simulate one serving step (default: Kimi-K2.5 on 8 x H200, TP8, decode)")
     add_simulate_arguments(p)
+    add_speculative_arguments(p)
     p.set_defaults(handler=_cmd_simulate)
     return parser
 

@@ -9,6 +9,7 @@ engine puts them.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Iterator
@@ -28,14 +29,23 @@ KV_DTYPES = {"bf16": torch.bfloat16, "auto": torch.bfloat16, "fp16": torch.float
              "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 
 
-@dataclass(frozen=True)
+@dataclass
 class SimContext:
-    """What every layer needs to shard and size itself."""
+    """What every layer needs to shard and size itself. Layers read ``workload`` only when
+    they run, so one built model is traced for many workloads (:meth:`using`)."""
 
     parallel: Parallel
     workload: Workload
     quant: QuantPlan
     kv_cache_dtype: torch.dtype = torch.bfloat16
+
+    @contextlib.contextmanager
+    def using(self, workload: Workload) -> Iterator[None]:
+        previous, self.workload = self.workload, workload
+        try:
+            yield
+        finally:
+            self.workload = previous
 
     @property
     def requests(self) -> int:
@@ -150,15 +160,18 @@ class SimGQAAttention(SimModule):
     """Multi-head / grouped-query attention with a paged KV cache."""
 
     def __init__(self, ctx: SimContext, *, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int,
-                 qk_norm: bool, bias: bool = False) -> None:
+                 qk_norm: bool, bias: bool = False, input_size: int | None = None) -> None:
+        """``input_size``: width of the attention input when it is not ``hidden_size`` (an
+        EAGLE3 draft layer reads 2 x hidden)."""
         super().__init__()
         tp = ctx.parallel.tp
         self.ctx = ctx
         self.heads = _shard(num_heads, tp, "attention heads")
         self.kv_heads = max(1, num_kv_heads // tp)  # KV heads are replicated when TP exceeds them
         self.head_dim = head_dim
-        self.qkv_proj = SimLinear(hidden_size, (self.heads + 2 * self.kv_heads) * head_dim, ctx.quant.dense)
-        self.qkv_proj.logical_params = hidden_size * (num_heads + 2 * num_kv_heads) * head_dim
+        width = input_size or hidden_size
+        self.qkv_proj = SimLinear(width, (self.heads + 2 * self.kv_heads) * head_dim, ctx.quant.dense)
+        self.qkv_proj.logical_params = width * (num_heads + 2 * num_kv_heads) * head_dim
         self.o_proj = SimLinear(num_heads * head_dim, hidden_size, ctx.quant.dense, shard="row", tp=tp)
         self.q_norm = SimRMSNorm(head_dim) if qk_norm else None
         self.k_norm = SimRMSNorm(head_dim) if qk_norm else None
@@ -191,7 +204,10 @@ class SimMLAAttention(SimModule):
     """
 
     def __init__(self, ctx: SimContext, *, hidden_size: int, num_heads: int, q_lora_rank: int | None,
-                 kv_lora_rank: int, qk_nope_head_dim: int, qk_rope_head_dim: int, v_head_dim: int) -> None:
+                 kv_lora_rank: int, qk_nope_head_dim: int, qk_rope_head_dim: int, v_head_dim: int,
+                 input_size: int | None = None) -> None:
+        """``input_size``: width of the attention input when it is not ``hidden_size`` (the
+        EAGLE3 MLA draft's fused down projection reads 2 x hidden)."""
         super().__init__()
         tp = ctx.parallel.tp
         self.ctx = ctx
@@ -201,12 +217,13 @@ class SimMLAAttention(SimModule):
         dense = ctx.quant.dense
         qk_head = qk_nope_head_dim + qk_rope_head_dim
         down = (q_lora_rank or 0) + kv_lora_rank + qk_rope_head_dim
-        self.fused_qkv_a_proj = SimLinear(hidden_size, down, dense)  # replicated, as sglang does
+        width = input_size or hidden_size
+        self.fused_qkv_a_proj = SimLinear(width, down, dense)  # replicated, as sglang does
         if q_lora_rank:
             self.q_a_layernorm = SimRMSNorm(q_lora_rank)
             self.q_b_proj = SimLinear(q_lora_rank, num_heads * qk_head, dense, shard="column", tp=tp)
         else:
-            self.q_proj = SimLinear(hidden_size, num_heads * qk_head, dense, shard="column", tp=tp)
+            self.q_proj = SimLinear(width, num_heads * qk_head, dense, shard="column", tp=tp)
         self.kv_a_layernorm = SimRMSNorm(kv_lora_rank)
         self.kv_b_proj = SimLinear(kv_lora_rank, num_heads * (qk_nope_head_dim + v_head_dim), BF16, shard="column", tp=tp)
         # The absorbed decode path reads kv_b_proj as two per-head matrices (same bytes, views).
@@ -418,10 +435,13 @@ class SimLMHead(SimModule):
                                  ctx.quant.lm_head, shard="column", tp=ctx.parallel.tp)
         self.lm_head.logical_params = vocab_size * hidden_size
 
-    def forward(self, h: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, residual: torch.Tensor, rows: int | None = None) -> torch.Tensor:
+        """Logits for ``rows`` tokens per request (default: every new token in decode, the
+        last one in prefill)."""
         h, _ = self.norm(h, residual)
         ctx = self.ctx
-        last = ctx.requests * (ctx.workload.query_length if ctx.workload.decode else 1)
+        per_request = rows if rows is not None else (ctx.workload.query_length if ctx.workload.decode else 1)
+        last = ctx.requests * per_request
         if last != h.shape[0]:
             h = h[torch.arange(last, device=META)]
         logits = self.lm_head(h)

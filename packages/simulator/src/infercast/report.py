@@ -28,12 +28,26 @@ def print_summary(result: SimResult, console: Console, *, show_ops: int = 10) ->
             f"images: {im['per_request']} per request, {im['width']}x{im['height']} px -> {im['grid'][1]}x{im['grid'][0]} "
             f"patches, {im['tokens_per_image']} tokens each; {where}"
         )
+    spec = result.speculative
+    if spec:
+        draft = spec["draft_model"] or spec["draft_architecture"]
+        console.print(
+            f"speculative: {spec['algorithm']} with {draft}, steps {spec['num_steps']}, topk {spec['topk']}, "
+            f"{spec['num_draft_tokens']} draft tokens; accept length {spec['accept_length']:.3f} ({spec['acceptance']})"
+        )
+        forwards = ", ".join(f"{f['name']} {f['count']} x {f['ms_each']:.3f} ms ({f['tokens_per_request']} tok/req)"
+                             for f in spec["forwards"])
+        console.print(f"cycle {spec['cycle_ms']:.3f} ms = {forwards}")
     summary = Table(show_header=False, box=None)
-    summary.add_row("step latency", f"{result.step_latency_ms:.3f} ms")
+    summary.add_row("cycle latency" if spec else "step latency", f"{result.step_latency_ms:.3f} ms")
     if result.tpot_ms is not None:
         summary.add_row("TPOT", f"{result.tpot_ms:.3f} ms")
     if result.ttft_ms is not None:
         summary.add_row("TTFT", f"{result.ttft_ms:.3f} ms")
+    if spec:
+        summary.add_row("without speculation", f"TPOT {spec['baseline_tpot_ms']:.3f} ms, "
+                        f"{spec['baseline_throughput_tokens_per_s_per_device']:,.1f} tokens/s per device")
+        summary.add_row("speedup", f"{spec['speedup']:.2f}x")
     kind = "output" if result.phase == "decode" else "prompt"
     summary.add_row(f"{kind} tokens/s per device", f"{result.throughput_tokens_per_s_per_device:,.1f}")
     summary.add_row("compute / communication", f"{result.compute_ms:.3f} ms / {result.communication_ms:.3f} ms"

@@ -61,6 +61,21 @@ class UserInput:
     the prompt; in a decode step their tokens are already in the KV cache."""
     image_height: int | None = None
     image_width: int | None = None
+    speculative_algorithm: str | None = None
+    """``EAGLE3`` (a draft model), ``MTP`` (DeepSeek-V3's own MTP layer; also ``EAGLE`` as
+    sglang names it) or None. ``num_mtp_tokens > 0`` alone means MTP with that many steps."""
+    speculative_draft_model: str | None = None
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
+    accept_length: float | None = None
+    acceptance_rates: str | None = None
+    """Comma-separated per-position rates (chain)."""
+    acceptance_matrix: str | None = None
+    """Depth x rank rates, rows separated by ``;`` (trees)."""
+    acceptance_preset: str | None = None
+    accept_length_from: str | None = None
+    """An sglang server log or metrics text to read the measured accept length from."""
 
 
 @dataclass
@@ -100,6 +115,7 @@ class SimResult:
     simulation_wall_s: float
     notes: list[str] = field(default_factory=list)
     images: dict[str, Any] | None = None
+    speculative: dict[str, Any] | None = None
     _timed: list = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -161,16 +177,18 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     routed = getattr(text, "n_routed_experts", None) or getattr(text, "num_experts", None) or getattr(text, "num_local_experts", None)
     validate_layout(parallel, num_heads=text.num_attention_heads, num_experts=routed if profile.is_moe else None)
 
-    if user.num_mtp_tokens < 0:
-        raise InfercastError(f"--num-mtp-tokens must be >= 0, got {user.num_mtp_tokens}")
     decode = user.decode or user.query_length is None
+    spec = speculative_request(user, text, profile, manager)
+    if spec is not None and not decode:
+        raise InfercastError("speculative decoding changes decode steps; drop --query-length (or add --decode) "
+                             "to simulate decode with it")
     if decode:
-        if user.query_length not in (None, 1 + user.num_mtp_tokens):
+        if user.query_length not in (None, 1):
             raise InfercastError(
-                f"a decode step adds 1 + num_mtp_tokens = {1 + user.num_mtp_tokens} tokens per request; "
+                f"a decode step adds 1 token per request (speculative decoding verifies more per cycle); "
                 f"drop --query-length {user.query_length} or drop --decode for a prefill step"
             )
-        query_length = 1 + user.num_mtp_tokens
+        query_length = 1
         context = DEFAULT_DECODE_CONTEXT if user.context_length is None else user.context_length
     else:
         query_length = user.query_length
@@ -192,7 +210,10 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     images = ctx.requests * user.image_batch_size if vision and not decode else 0
     records = trace(built.sim, ctx.tokens, every_layer=user.trace_every_layer, images=images,
                     patches_per_image=vision.patches if vision else 0)
-    result = price(user, built, records, device, ctx, decode, query_length, context, quant.describe())
+    if spec is None:
+        result = price(user, built, records, device, ctx, decode, query_length, context, quant.describe())
+    else:
+        result = price_speculative(user, built, records, device, ctx, context, quant.describe(), spec, manager)
     if vision:
         result.images = {"per_request": user.image_batch_size, "height": vision.height, "width": vision.width,
                          "grid": [vision.grid_h, vision.grid_w], "patches_per_image": vision.patches,
@@ -222,8 +243,9 @@ def _vision_request(user: UserInput, config: Any, profile: Any):
 
 
 def price(user: UserInput, built: BuiltModel, records: list[OpRecord], device: DeviceSpec, ctx: SimContext,
-          decode: bool, query_length: int, context: int, quant_text: str) -> SimResult:
-    """Time every record, lay out the streams, add memory."""
+          decode: bool, query_length: int, context: int, quant_text: str, *, extra_weight_bytes: int = 0,
+          extra_kv_per_token: int = 0) -> SimResult:
+    """Time every record, lay out the streams, add memory (``extra_*``: a draft's share)."""
     p = ctx.parallel
     timed: list[tuple[OpRecord, Timed]] = [(r, op_time(cost_of(r), device, p.scale_up_domain)) for r in records]
 
@@ -248,7 +270,7 @@ def price(user: UserInput, built: BuiltModel, records: list[OpRecord], device: D
         key=lambda row: row.total_ms, reverse=True,
     )
 
-    memory, max_queries = _memory(built, records, device, ctx)
+    memory, max_queries = _memory(built, records, device, ctx, extra_weight_bytes, extra_kv_per_token)
     feasible = memory["total"] <= memory["capacity"]
     throughput = (user.num_queries * (1 if decode else query_length)) / step_s / p.num_devices
     moe = any(isinstance(m, SimMoE) for m in built.sim.modules())
@@ -258,8 +280,6 @@ def price(user: UserInput, built: BuiltModel, records: list[OpRecord], device: D
             f"does not fit: needs {memory['total']:.1f} GiB per device, {memory['capacity']:.1f} GiB usable "
             f"({MEMORY_FRACTION:.0%} of {device.memory_bytes / GIB:.1f} GiB)"
         )
-    if decode and query_length > 1:
-        notes.append(f"decode step verifies {query_length} tokens per request (MTP); TPOT assumes every one is accepted")
     return SimResult(
         model=user.model, model_type=built.profile.model_type, device=device.name, num_devices=p.num_devices,
         parallel={"tp": p.tp, "dp": p.dp, "ep": p.ep, "moe_tp": p.moe_tp, "shared_expert_tp": p.shared_expert_tp,
@@ -306,9 +326,10 @@ def _two_batch_overlap(timed: list[tuple[OpRecord, Timed]], device: DeviceSpec) 
     return total
 
 
-def _memory(built: BuiltModel, records: list[OpRecord], device: DeviceSpec, ctx: SimContext) -> tuple[dict[str, float], int]:
-    weights = built.sim.weight_bytes()
-    kv_per_token = sum(layer.self_attn.kv_bytes_per_token() for layer in built.sim.layers)
+def _memory(built: BuiltModel, records: list[OpRecord], device: DeviceSpec, ctx: SimContext, extra_weight_bytes: int = 0,
+            extra_kv_per_token: int = 0) -> tuple[dict[str, float], int]:
+    weights = built.sim.weight_bytes() + extra_weight_bytes
+    kv_per_token = sum(layer.self_attn.kv_bytes_per_token() for layer in built.sim.layers) + extra_kv_per_token
     kv = kv_per_token * ctx.requests * ctx.workload.kv_length
     activation = 0
     for r in records:
@@ -360,3 +381,166 @@ def _timeline(timed: list[tuple[OpRecord, Timed]]) -> list[dict[str, Any]]:
         })
         now += dur
     return events
+
+
+# ------------------------------------------------------------------------------ speculative
+
+
+@dataclass
+class SpecRequest:
+    algorithm: str
+    draft_model: str | None
+    draft_config: Any
+    settings: Any
+    accept_length: float
+    acceptance: str
+
+
+DEFAULT_DRAFT_PRESETS = {
+    "lightseekorg/kimi-k2.5-eagle3-mla": "kimi-k2.5-eagle3-mla",
+    "lightseekorg/kimi-k2.5-eagle3": "kimi-k2.5-eagle3",
+    "aq-medai/kimi-k2-instruct-eagle3": "kimi-k2-eagle3",
+}
+"""Drafts with published accept lengths: their preset is the default acceptance."""
+
+
+def speculative_request(user: UserInput, text: Any, profile: Any, manager: Any) -> SpecRequest | None:
+    """What ``user`` asks of speculative decoding, validated; None without it."""
+    from infercast import acceptance as acc
+    from infercast.plugins import bundled_model_refs
+
+    if not isinstance(user.num_mtp_tokens, int) or user.num_mtp_tokens < 0:
+        raise InfercastError(f"--num-mtp-tokens must be a whole number >= 0, got {user.num_mtp_tokens!r}")
+    algorithm = (user.speculative_algorithm or ("MTP" if user.num_mtp_tokens else "")).upper()
+    if algorithm == "NEXTN":
+        algorithm = "MTP"
+    acceptance_given = [n for n, v in (("--accept-length", user.accept_length), ("--acceptance-rates", user.acceptance_rates),
+                                       ("--acceptance-matrix", user.acceptance_matrix),
+                                       ("--acceptance-preset", user.acceptance_preset),
+                                       ("--accept-length-from", user.accept_length_from)) if v is not None]
+    if not algorithm:
+        spec_flags = [n for n, v in (("--speculative-draft-model", user.speculative_draft_model),
+                                     ("--speculative-num-steps", user.speculative_num_steps),
+                                     ("--speculative-eagle-topk", user.speculative_eagle_topk),
+                                     ("--speculative-num-draft-tokens", user.speculative_num_draft_tokens))
+                      if v is not None] + acceptance_given
+        if spec_flags:
+            raise InfercastError(f"{', '.join(spec_flags)} given without --speculative-algorithm (EAGLE3 or MTP)")
+        return None
+    if algorithm not in ("EAGLE3", "EAGLE", "MTP"):
+        raise InfercastError(f"unknown --speculative-algorithm {user.speculative_algorithm!r}; valid: EAGLE3, MTP "
+                             "(EAGLE and NEXTN are accepted as sglang's names for MTP)")
+    if len(acceptance_given) > 1:
+        raise InfercastError(f"give one acceptance model, not {' and '.join(acceptance_given)}")
+    if user.two_batch_overlap:
+        raise InfercastError("two-batch overlap with speculative decoding is not modelled; drop one of them")
+
+    mtp = algorithm in ("MTP", "EAGLE") and not user.speculative_draft_model
+    if algorithm == "EAGLE3" and not user.speculative_draft_model:
+        raise InfercastError("--speculative-algorithm EAGLE3 needs --speculative-draft-model (a hub id, a local "
+                             "directory, or a bundled draft such as lightseekorg/kimi-k2.5-eagle3-mla)")
+    draft_config = None
+    if not mtp:
+        draft_config = load_config(user.speculative_draft_model, manager=manager, known_models=bundled_model_refs())
+        from infercast.speculative import check_draft_fits
+
+        check_draft_fits(draft_config, text)
+    default = (3, 1, 4) if profile.attention_kind == "mla" else (5, 4, 8)
+    if mtp and user.num_mtp_tokens:
+        if user.speculative_num_steps not in (None, user.num_mtp_tokens):
+            raise InfercastError(f"--num-mtp-tokens {user.num_mtp_tokens} and --speculative-num-steps "
+                                 f"{user.speculative_num_steps} disagree; give one")
+        default = (user.num_mtp_tokens, 1, user.num_mtp_tokens + 1)
+    s = user.speculative_num_steps if user.speculative_num_steps is not None else default[0]
+    k = user.speculative_eagle_topk if user.speculative_eagle_topk is not None else (
+        default[1] if user.speculative_num_steps is None else 1)
+    n = user.speculative_num_draft_tokens
+    if n is None and user.speculative_num_steps is None and user.speculative_eagle_topk is None:
+        n = default[2]
+    settings = acc.settings(s, k, n)
+
+    if user.accept_length is not None:
+        model, source = acc.MeasuredLength(float(user.accept_length)), None
+    elif user.acceptance_rates is not None:
+        model, source = acc.ChainRates(acc.parse_rates(user.acceptance_rates)), None
+    elif user.acceptance_matrix is not None:
+        model, source = acc.TreeMatrix(acc.parse_matrix(user.acceptance_matrix)), None
+    elif user.accept_length_from is not None:
+        value, samples = acc.accept_length_from_log(user.accept_length_from)
+        model, source = acc.MeasuredLength(value), f"{samples} samples in {user.accept_length_from}"
+    else:
+        name = user.acceptance_preset or ("deepseek-v3-mtp" if mtp else
+                                          DEFAULT_DRAFT_PRESETS.get((user.speculative_draft_model or "").lower()))
+        if name is None:
+            raise InfercastError(
+                f"no published acceptance for {user.speculative_draft_model}; give --accept-length, "
+                f"--acceptance-rates, --acceptance-matrix, --accept-length-from or --acceptance-preset "
+                f"({', '.join(acc.PRESETS)})")
+        found = acc.preset(name)
+        source = (f"preset {found.name}: accept length {found.accept_length:g} at s{found.num_steps} "
+                  f"({found.source}), as a constant per-position rate")
+        model = found.model()
+    tau = model.expected_accept_length(settings)
+    return SpecRequest("MTP" if mtp else algorithm, None if mtp else user.speculative_draft_model, draft_config,
+                       settings, tau, source or model.describe())
+
+
+def _seconds(records: list[OpRecord], device: DeviceSpec, parallel: Parallel) -> float:
+    return sum(op_time(cost_of(r), device, parallel.scale_up_domain).seconds * r.count for r in records)
+
+
+def price_speculative(user: UserInput, built: BuiltModel, records: list[OpRecord], device: DeviceSpec, ctx: SimContext,
+                      context: int, quant_text: str, spec: SpecRequest, manager: Any) -> SimResult:
+    """Price one speculative cycle (draft forwards, verify, extend) against plain decode."""
+    from infercast.quant import plan_from_checkpoint
+    from infercast.speculative import cycle_forwards, eagle3_draft, mtp_draft, relabel, trace_draft, weight_bytes
+
+    p, s = ctx.parallel, spec.settings
+    base = price(user, built, records, device, ctx, True, 1, context, quant_text)
+    if spec.draft_config is None:
+        draft_ctx = ctx
+        draft = mtp_draft(built.sim.layers[-1], built.text_config, ctx)
+        draft_weights = weight_bytes(draft)  # the MTP layer is a copy of the last layer's kind
+    else:
+        draft_ctx = SimContext(parallel=p, workload=ctx.workload, quant=plan_from_checkpoint(
+            getattr(spec.draft_config, "quantization_config", None)), kv_cache_dtype=ctx.kv_cache_dtype)
+        draft = eagle3_draft(spec.draft_config, built.profile.model_type, draft_ctx, manager)
+        draft_weights = weight_bytes(draft)
+    cycle: list[OpRecord] = []
+    forwards = []
+    for forward in cycle_forwards(s.num_steps, s.topk, s.num_draft_tokens):
+        workload = Workload(num_queries=user.num_queries, query_length=forward.tokens_per_request,
+                            context_length=context, decode=True)
+        if forward.model == "target":
+            with ctx.using(workload):
+                got = trace(built.sim, ctx.tokens)
+        else:
+            with draft_ctx.using(workload):
+                got = trace_draft(draft, draft_ctx.tokens, forward.logits_per_request)
+        seconds = _seconds(got, device, p)
+        forwards.append({"name": forward.name, "model": forward.model, "tokens_per_request": forward.tokens_per_request,
+                         "count": forward.count, "ms_each": seconds * 1e3})
+        if forward.count:
+            cycle += relabel(got, forward.name, forward.count)
+    n = s.num_draft_tokens
+    with ctx.using(Workload(num_queries=user.num_queries, query_length=n, context_length=context, decode=True)):
+        result = price(user, built, cycle, device, ctx, True, n, context, quant_text, extra_weight_bytes=draft_weights,
+                       extra_kv_per_token=draft.kv_bytes_per_token())
+    cycle_ms = result.step_latency_ms
+    tpot = cycle_ms / spec.accept_length
+    result.workload["num_draft_tokens"] = n
+    result.tpot_ms = tpot
+    result.throughput_tokens_per_s_per_device = user.num_queries * spec.accept_length / (cycle_ms / 1e3) / p.num_devices
+    result.memory_gib["draft_weights"] = draft_weights / GIB
+    result.speculative = {
+        "algorithm": spec.algorithm, "draft_model": spec.draft_model, "draft_architecture": draft.architecture,
+        "num_steps": s.num_steps, "topk": s.topk, "num_draft_tokens": n,
+        "acceptance": spec.acceptance, "accept_length": spec.accept_length,
+        "accept_rate": (spec.accept_length - 1) / (n - 1),
+        "cycle_ms": cycle_ms, "forwards": forwards,
+        "baseline_tpot_ms": base.tpot_ms,
+        "baseline_throughput_tokens_per_s_per_device": base.throughput_tokens_per_s_per_device,
+        "speedup": base.tpot_ms / tpot,
+        "draft_parameters_billion": draft.total_logical_params() / 1e9,
+    }
+    return result

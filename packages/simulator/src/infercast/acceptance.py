@@ -1,0 +1,206 @@
+"""How many tokens a speculative cycle yields: acceptance models, presets, engine logs.
+
+The accept length counts the target's own token, so it lies in 1 .. num_steps + 1 (the
+engines' definition). Models, from what a user knows:
+
+- :class:`MeasuredLength`: an accept length measured at the simulated setting;
+- :class:`ChainRates`: per-position rates a_j (draft j accepted given drafts 1..j-1 were):
+  E = 1 + sum_j prod_{i<=j} a_i (Leviathan et al., arXiv 2211.17192, eq. 1);
+- :class:`TreeMatrix`: a depth x rank matrix, entry (d, r) the probability that the rank-r
+  candidate at depth d is the accepted child of an accepted parent. The tree holds the
+  num_draft_tokens - 1 nodes of highest path probability and E = 1 + the sum of their path
+  probabilities (Sequoia, arXiv 2402.12374, Prop. 3.4);
+- presets: published accept lengths, turned into a constant per-position rate at the setting
+  they were measured at, so they carry over to other chain lengths (an assumption, stated).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from infercast_adapters import InfercastError
+
+from infercast_eagle3.loop import SpecSettings
+
+
+def settings(num_steps: int, topk: int = 1, num_draft_tokens: int | None = None) -> SpecSettings:
+    """Validated (s, k, n): k = 1 needs n = s + 1; n defaults to s + 1 (chain) or s x k + 1."""
+    return SpecSettings(num_steps, topk, num_draft_tokens).validated()
+
+
+@dataclass(frozen=True)
+class MeasuredLength:
+    accept_length: float
+
+    def expected_accept_length(self, s: SpecSettings) -> float:
+        if not 1.0 <= self.accept_length <= s.num_steps + 1:
+            raise InfercastError(f"accept length {self.accept_length:g} is outside [1, num_steps + 1] = "
+                                 f"[1, {s.num_steps + 1}] for --speculative-num-steps {s.num_steps}")
+        return self.accept_length
+
+    def describe(self) -> str:
+        return f"measured accept length {self.accept_length:g}"
+
+
+def _check_rates(rates, what: str) -> None:
+    bad = [r for r in rates if not (isinstance(r, (int, float)) and 0.0 <= r <= 1.0)]
+    if bad:
+        raise InfercastError(f"{what} must lie in [0, 1]; got {', '.join(str(b) for b in bad)}")
+
+
+@dataclass(frozen=True)
+class ChainRates:
+    rates: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        _check_rates(self.rates, "acceptance rates")
+        if not self.rates:
+            raise InfercastError("acceptance rates: give at least one rate")
+
+    def expected_accept_length(self, s: SpecSettings) -> float:
+        if s.topk > 1:
+            return TreeMatrix(tuple((r,) for r in self.rates)).expected_accept_length(s)
+        if len(self.rates) < s.num_steps:
+            raise InfercastError(f"{len(self.rates)} acceptance rate(s) for {s.num_steps} draft steps; give one per step")
+        total, prefix = 1.0, 1.0
+        for a in self.rates[: s.num_steps]:
+            prefix *= a
+            total += prefix
+        return total
+
+    def describe(self) -> str:
+        return "per-position rates " + ", ".join(f"{r:g}" for r in self.rates)
+
+
+@dataclass(frozen=True)
+class TreeMatrix:
+    matrix: tuple[tuple[float, ...], ...]
+    """Rows: depth 1..; columns: rank 1.. among siblings."""
+
+    def __post_init__(self) -> None:
+        for depth, row in enumerate(self.matrix, 1):
+            _check_rates(row, f"acceptance matrix row {depth}")
+            if sum(row) > 1.0 + 1e-9:
+                raise InfercastError(f"acceptance matrix row {depth} sums to {sum(row):g}; at most one child is "
+                                     "accepted, so a row sums to at most 1")
+
+    def tree(self, s: SpecSettings) -> list[tuple[tuple[int, ...], float]]:
+        """The n - 1 nodes of highest path probability (ranks from the root, probability)."""
+        if len(self.matrix) < s.num_steps:
+            raise InfercastError(f"the acceptance matrix has {len(self.matrix)} row(s) for {s.num_steps} draft steps")
+
+        def p(depth: int, rank: int) -> float:
+            row = self.matrix[depth - 1]
+            return row[rank] if rank < len(row) else 0.0
+
+        frontier = [(-p(1, r), (r,)) for r in range(s.topk)]
+        heapq.heapify(frontier)
+        chosen: list[tuple[tuple[int, ...], float]] = []
+        while frontier and len(chosen) < s.num_draft_tokens - 1:
+            negative, path = heapq.heappop(frontier)
+            chosen.append((path, -negative))
+            if len(path) < s.num_steps:
+                for r in range(s.topk):
+                    heapq.heappush(frontier, (negative * p(len(path) + 1, r), path + (r,)))
+        return chosen
+
+    def expected_accept_length(self, s: SpecSettings) -> float:
+        return 1.0 + sum(prob for _, prob in self.tree(s))
+
+    def describe(self) -> str:
+        return "depth x rank matrix " + "; ".join(",".join(f"{v:g}" for v in row) for row in self.matrix)
+
+
+def constant_rate(accept_length: float, num_steps: int) -> float:
+    """The per-position rate a with (1 - a^(s+1)) / (1 - a) = accept_length (bisection)."""
+    if not 1.0 <= accept_length <= num_steps + 1:
+        raise InfercastError(f"accept length {accept_length:g} is outside [1, {num_steps + 1}]")
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        value = sum(mid ** j for j in range(num_steps + 1))
+        lo, hi = (mid, hi) if value < accept_length else (lo, mid)
+    return (lo + hi) / 2
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    accept_length: float
+    num_steps: int
+    source: str
+
+    def model(self) -> ChainRates:
+        a = constant_rate(self.accept_length, self.num_steps)
+        return ChainRates((a,) * 16)
+
+
+def _presets() -> dict[str, Preset]:
+    table = {
+        ("kimi-k2.5-eagle3-mla", "lightseekorg/kimi-k2.5-eagle3-mla model card"): {
+            "mtbench": 2.940, "ceval": 2.829, "gsm8k": 3.017, "humaneval": 2.969, "math500": 3.051, "aime": 3.139,
+            "mmstar": 2.597},
+        ("kimi-k2.5-eagle3", "lightseekorg/kimi-k2.5-eagle3 model card (Llama-style draft)"): {
+            "mtbench": 2.687, "ceval": 2.295, "gsm8k": 3.201, "humaneval": 3.285, "math500": 3.342, "aime": 3.033,
+            "mmstar": 2.787},
+        ("kimi-k2-eagle3", "AQ-MedAI/Kimi-K2-Instruct-eagle3 model card"): {
+            "humaneval": 3.372, "gsm8k": 3.165, "math500": 3.490},
+    }
+    presets: dict[str, Preset] = {}
+    for (draft, source), datasets in table.items():
+        for dataset, tau in datasets.items():
+            presets[f"{draft}/{dataset}"] = Preset(f"{draft}/{dataset}", tau, 3, f"{source}, s3 k1 n4, greedy")
+        mean = sum(datasets.values()) / len(datasets)
+        presets[draft] = Preset(draft, round(mean, 3), 3, f"{source}: mean over {', '.join(datasets)}, s3 k1 n4")
+    # DeepSeek-V3 report: the second token of its one MTP module is accepted 85-90% of the time.
+    presets["deepseek-v3-mtp"] = Preset("deepseek-v3-mtp", 1.875, 1, "DeepSeek-V3 technical report: 85-90% "
+                                        "second-token acceptance, midpoint, 1 MTP step")
+    return presets
+
+
+PRESETS = _presets()
+
+
+def preset(name: str) -> Preset:
+    found = PRESETS.get(name.lower())
+    if found is None:
+        raise InfercastError(f"unknown acceptance preset {name!r}; presets: {', '.join(PRESETS)}")
+    return found
+
+
+def parse_rates(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise InfercastError(f"--acceptance-rates takes comma-separated numbers in [0, 1], got {text!r}") from None
+
+
+def parse_matrix(text: str) -> tuple[tuple[float, ...], ...]:
+    """``"0.8,0.1;0.7,0.1"``: rows (depths) separated by ``;``, ranks by ``,``."""
+    try:
+        return tuple(tuple(float(v) for v in row.split(",") if v.strip()) for row in text.split(";") if row.strip())
+    except ValueError:
+        raise InfercastError(f"--acceptance-matrix takes rows 'a,b;c,d' of numbers in [0, 1], got {text!r}") from None
+
+
+LOG_PATTERN = re.compile(r"accept len(?:gth)?:\s*([0-9]*\.?[0-9]+)")
+METRIC_PATTERN = re.compile(r"^sglang:spec_accept_length(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.MULTILINE)
+
+
+def accept_length_from_log(path: str | Path) -> tuple[float, int]:
+    """Mean accept length in an sglang server log (``accept len: 2.85`` on decode lines) or
+    Prometheus metrics text (``sglang:spec_accept_length``); returns (mean, samples)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InfercastError(f"{path}: no such file")
+    text = path.read_text(errors="replace")
+    values = [float(v) for v in METRIC_PATTERN.findall(text)] or [float(v) for v in LOG_PATTERN.findall(text)]
+    values = [v for v in values if math.isfinite(v) and v > 0]
+    if not values:
+        raise InfercastError(f"{path}: no accept length found (looked for sglang decode lines 'accept len: X' and "
+                             "the metric sglang:spec_accept_length)")
+    return sum(values) / len(values), len(values)

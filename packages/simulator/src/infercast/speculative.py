@@ -1,0 +1,228 @@
+"""Speculative decoding: the draft models as simulator layers, and the cycle an engine runs.
+
+One cycle (sglang's EAGLE / EAGLE3 worker, and DeepSeek-V3's MTP run the same way):
+
+1. ``num_steps - 1`` draft forwards over ``batch x topk`` tokens (the first draft token comes
+   from the previous cycle's extend);
+2. one target forward verifying ``batch x num_draft_tokens`` tokens under the tree mask (the
+   attention kernel computes the full block of the new tokens, as a causal step of that length);
+3. one draft extend over ``batch x num_draft_tokens`` tokens, producing logits for one token
+   per request.
+
+Drafts are built through the adapters (an EAGLE3 draft with the layer its target's adapter
+registers, on the meta device) and converted to the same simulator layers the target uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from infercast_adapters import InfercastError
+from torch import nn
+
+from infercast.layers import (
+    META,
+    OPS,
+    SimContext,
+    SimDecoderLayer,
+    SimGQAAttention,
+    SimLinear,
+    SimLMHead,
+    SimMLAAttention,
+    SimMLP,
+    SimModule,
+    SimRMSNorm,
+)
+from infercast.trace import OpRecord, _module_paths, _Recorder, _take
+
+ALGORITHMS = ("EAGLE3", "EAGLE", "MTP")
+"""``EAGLE3``: a separate draft checkpoint; ``MTP`` (sglang runs it as ``EAGLE`` with the
+target's own next-token-prediction layer): DeepSeek-V3's ``num_nextn_predict_layers``."""
+
+
+@dataclass(frozen=True)
+class Forward:
+    """One kind of forward in a cycle: which model, tokens per request, how many times."""
+
+    name: str
+    model: str
+    tokens_per_request: int
+    count: int
+    logits_per_request: int
+
+
+def cycle_forwards(num_steps: int, topk: int, num_draft_tokens: int) -> list[Forward]:
+    return [
+        Forward("draft", "draft", topk, num_steps - 1, topk),
+        Forward("verify", "target", num_draft_tokens, 1, num_draft_tokens),
+        Forward("extend", "draft", num_draft_tokens, 1, 1),
+    ]
+
+
+class SimDraftLayer(SimModule):
+    """The EAGLE3 decoder layer: ``[input_layernorm(embeds), hidden_norm(hidden)]`` into
+    attention (2 x hidden wide), the hidden state as residual, then the MLP."""
+
+    def __init__(self, ctx: SimContext, attn: SimModule, mlp: SimModule, hidden_size: int) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.input_layernorm = SimRMSNorm(hidden_size)
+        self.hidden_norm = SimRMSNorm(hidden_size)
+        self.self_attn = attn
+        self.post_attention_layernorm = SimRMSNorm(hidden_size)
+        self.mlp = mlp
+
+    def kv_bytes_per_token(self) -> int:
+        return self.self_attn.kv_bytes_per_token()
+
+    def forward(self, embeds: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        tp = self.ctx.parallel.tp
+        x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], -1)
+        a = self.self_attn(x)
+        if tp > 1:
+            a = OPS.all_reduce(a, tp, "attn_tp")
+        h, residual = self.post_attention_layernorm(a, hidden)
+        m = self.mlp(h)
+        if tp > 1:
+            m = OPS.all_reduce(m, tp, "attn_tp")
+        return m + residual
+
+
+class SimMTPLayer(SimModule):
+    """DeepSeek-V3's MTP module: ``eh_proj([enorm(embeds), hnorm(hidden)])`` then one decoder
+    layer of the target's kind (MLA + MoE)."""
+
+    def __init__(self, ctx: SimContext, decoder: SimDecoderLayer, hidden_size: int) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.enorm = SimRMSNorm(hidden_size)
+        self.hnorm = SimRMSNorm(hidden_size)
+        self.eh_proj = SimLinear(2 * hidden_size, hidden_size, ctx.quant.dense)
+        self.decoder = decoder
+
+    def kv_bytes_per_token(self) -> int:
+        return self.decoder.self_attn.kv_bytes_per_token()
+
+    def forward(self, embeds: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        x = self.eh_proj(torch.cat([self.enorm(embeds), self.hnorm(hidden)], -1))
+        h, residual = self.decoder(x, torch.zeros_like(x))
+        return h + residual
+
+
+class SimDraft(SimModule):
+    """One rank of a draft: shared embedding lookup, the projection of the target's hidden
+    states (EAGLE3 ``fc`` over the aux layers; none for MTP), one layer, norm and lm_head."""
+
+    def __init__(self, ctx: SimContext, layer: SimModule, *, hidden_size: int, vocab_size: int,
+                 draft_vocab_size: int, fc_in: int | None, architecture: str) -> None:
+        super().__init__()
+        self.ctx, self.architecture = ctx, architecture
+        self.hidden_size = hidden_size
+        self.fc = SimLinear(fc_in, hidden_size, ctx.quant.dense) if fc_in else None
+        self.layer = layer
+        self.head = SimLMHead(ctx, draft_vocab_size, hidden_size)
+        # The embedding is the target's (shared): looked up, not held.
+        self.shared_embedding = torch.empty(-(-vocab_size // ctx.parallel.tp), hidden_size, dtype=torch.bfloat16,
+                                            device=META)
+        self.fc_in = fc_in or hidden_size
+
+    def kv_bytes_per_token(self) -> int:
+        return self.layer.kv_bytes_per_token()
+
+    def forward(self, tokens: int, logits_rows: int) -> torch.Tensor:
+        tp = self.ctx.parallel.tp
+        embeds = OPS.embedding(torch.empty(tokens, dtype=torch.int64, device=META), self.shared_embedding)
+        if tp > 1:
+            embeds = OPS.all_reduce(embeds, tp, "attn_tp")
+        hidden = torch.empty(tokens, self.fc_in, dtype=torch.bfloat16, device=META)
+        if self.fc is not None:
+            hidden = self.fc(hidden)
+        h = self.layer(embeds, hidden)
+        return self.head(h, torch.zeros_like(h), rows=logits_rows)
+
+
+def trace_draft(draft: SimDraft, tokens: int, logits_rows: int) -> list[OpRecord]:
+    weight_ids = {id(t) for _, t in draft.all_weights()} | {id(draft.shared_embedding)}
+    weight_ids |= {id(getattr(m, a)) for m in draft.modules() for a in ("w_kc", "w_vc") if hasattr(m, a)}
+    stack: list[str] = []
+    recorder = _Recorder(weight_ids, stack)
+    with _module_paths(draft, stack), recorder:
+        draft(tokens, logits_rows)
+    return _take(recorder)
+
+
+def relabel(records: list[OpRecord], prefix: str, times: int) -> list[OpRecord]:
+    """Records of one forward as part of a cycle: paths under ``prefix``, counted ``times``."""
+    out = []
+    for r in records:
+        if prefix == "verify":
+            out.append(dataclasses.replace(r, path=f"verify.{r.path}", count=r.count * times))
+        else:
+            out.append(dataclasses.replace(r, path=f"{prefix}.{r.path}", count=r.count * times, layer=None, layers=()))
+    return out
+
+
+# ------------------------------------------------------------------------------ building
+
+
+def eagle3_draft(config: Any, target_model_type: str, ctx: SimContext, manager: Any) -> SimDraft:
+    """Build the EAGLE3 draft that ``config`` describes on meta (through the adapters'
+    draft-layer hook) and convert it to simulator layers for one rank."""
+    from infercast_eagle3.config import from_transformers
+    from infercast_eagle3.model import build_draft
+
+    spec = from_transformers(config)
+    with torch.device("meta"):
+        draft = build_draft(spec, target_model_type, manager)
+    layer_config = spec.layer_config
+    attn = draft.layers[0].self_attn
+    fused = getattr(attn, "fused_qkv_a_proj_with_mqa", None)
+    if fused is not None:
+        sim_attn: SimModule = SimMLAAttention(
+            ctx, hidden_size=spec.hidden_size, num_heads=layer_config.num_attention_heads,
+            q_lora_rank=layer_config.q_lora_rank, kv_lora_rank=layer_config.kv_lora_rank,
+            qk_nope_head_dim=layer_config.qk_nope_head_dim, qk_rope_head_dim=layer_config.qk_rope_head_dim,
+            v_head_dim=layer_config.v_head_dim, input_size=fused.in_features)
+    else:
+        heads = layer_config.num_attention_heads
+        sim_attn = SimGQAAttention(
+            ctx, hidden_size=spec.hidden_size, num_heads=heads,
+            num_kv_heads=getattr(layer_config, "num_key_value_heads", None) or heads,
+            head_dim=getattr(attn, "head_dim", None) or spec.hidden_size // heads, qk_norm=False,
+            input_size=attn.q_proj.in_features)
+    mlp = SimMLP(spec.hidden_size, draft.layers[0].mlp.gate_proj.out_features, ctx.quant.dense, ctx.parallel.tp)
+    layer = SimDraftLayer(ctx, sim_attn, mlp, spec.hidden_size)
+    return SimDraft(ctx, layer, hidden_size=spec.hidden_size, vocab_size=spec.vocab_size,
+                    draft_vocab_size=spec.draft_vocab_size, fc_in=draft.fc.in_features, architecture=spec.architecture)
+
+
+def mtp_draft(target_last_layer: SimDecoderLayer, text: Any, ctx: SimContext) -> SimDraft:
+    """DeepSeek-V3's MTP module as a draft: a copy of the target's last (MoE) layer kind."""
+    layers = getattr(text, "num_nextn_predict_layers", 0) or 0
+    if layers < 1:
+        raise InfercastError(f"{getattr(text, 'model_type', 'this model')} has no MTP layer "
+                             "(num_nextn_predict_layers = 0); use --speculative-algorithm EAGLE3 with a draft model")
+    layer = SimMTPLayer(ctx, target_last_layer, text.hidden_size)
+    return SimDraft(ctx, layer, hidden_size=text.hidden_size, vocab_size=text.vocab_size,
+                    draft_vocab_size=text.vocab_size, fc_in=None, architecture="DeepSeek-V3 MTP")
+
+
+def check_draft_fits(draft_config: Any, text: Any) -> None:
+    """A draft serves a target only if it reads the target's hidden states and maps onto its vocabulary."""
+    target_hidden = getattr(draft_config, "target_hidden_size", None) or draft_config.hidden_size
+    if target_hidden != text.hidden_size:
+        raise InfercastError(f"the draft reads target hidden states {target_hidden} wide (target_hidden_size); "
+                             f"the target's hidden size is {text.hidden_size}")
+    if draft_config.vocab_size != text.vocab_size:
+        raise InfercastError(f"the draft's vocabulary has {draft_config.vocab_size} tokens, the target's "
+                             f"{text.vocab_size}")
+    draft_vocab = getattr(draft_config, "draft_vocab_size", None) or draft_config.vocab_size
+    if draft_vocab > text.vocab_size:
+        raise InfercastError(f"the draft predicts {draft_vocab} tokens, more than the target's {text.vocab_size}")
+
+
+def weight_bytes(module: nn.Module) -> int:
+    return sum(t.numel() * t.element_size() for _, t in module.all_weights())

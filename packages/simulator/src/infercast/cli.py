@@ -100,7 +100,7 @@ def _cmd_simulate(args: argparse.Namespace, console: Console) -> int:
 
 
 def speculative_fields(args: argparse.Namespace) -> dict:
-    return {name: getattr(args, name) for name in (
+    return {name: getattr(args, name, None) for name in (
         "speculative_algorithm", "speculative_draft_model", "speculative_num_steps", "speculative_eagle_topk",
         "speculative_num_draft_tokens", "accept_length", "acceptance_rates", "acceptance_matrix", "acceptance_preset",
         "accept_length_from")}
@@ -140,6 +140,160 @@ def add_speculative_arguments(p: argparse.ArgumentParser, *, grid: bool = False)
                    help=f"published accept length ({', '.join(PRESETS)})")
     g.add_argument("--accept-length-from", default=None, metavar="FILE",
                    help="read the accept length from an sglang server log or metrics text")
+
+
+def parse_device_counts(text: str) -> tuple[int, ...]:
+    """``8,16`` (a list) or ``8-32`` (every power of two and multiple of 8 in the range)."""
+    try:
+        if "-" in text:
+            low, high = (int(v) for v in text.split("-", 1))
+            counts = [n for n in range(low, high + 1) if n & (n - 1) == 0 or n % 8 == 0]
+        else:
+            counts = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InfercastError(f"--num-devices takes a list (8,16) or a range (8-32), got {text!r}") from None
+    if not counts or any(n < 1 for n in counts):
+        raise InfercastError(f"--num-devices: no positive device counts in {text!r}")
+    return tuple(dict.fromkeys(counts))
+
+
+def parse_int_list(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise InfercastError(f"{flag} takes comma-separated whole numbers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise InfercastError(f"{flag} takes positive whole numbers, got {text!r}")
+    return values
+
+
+def parse_spec_grid(text: str) -> tuple:
+    """``3-1-4,2-2-4``: (steps, topk, draft tokens) triples; ``s3`` is the chain (3, 1, 4)."""
+    from infercast.acceptance import settings
+    from infercast.plan import SpecChoice
+
+    choices = []
+    for item in (v.strip() for v in text.split(",") if v.strip()):
+        try:
+            parts = [int(x) for x in item.lstrip("s").split("-")]
+        except ValueError:
+            raise InfercastError(f"--speculative-grid entries are S-K-N or sS (a chain), got {item!r}") from None
+        valid = settings(parts[0], parts[1] if len(parts) > 1 else 1, parts[2] if len(parts) > 2 else None)
+        choices.append(SpecChoice(valid.num_steps, valid.topk, valid.num_draft_tokens))
+    return tuple(dict.fromkeys(choices))
+
+
+def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from infercast.plan import Planner, PlanRequest, plot, sglang_command, vllm_command
+    from infercast.simulate import UserInput
+
+    spec_user = None
+    grid: tuple = ()
+    if args.speculative_algorithm or args.num_mtp_tokens:
+        spec_user = UserInput(model=args.model, num_mtp_tokens=args.num_mtp_tokens, **speculative_fields(args))
+        grid = parse_spec_grid(args.speculative_grid)
+        if (args.acceptance_matrix is None) and any(c.topk > 1 for c in grid):
+            raise InfercastError("trees (topk > 1) in --speculative-grid need --acceptance-matrix (depth x rank); "
+                                 "a chain's accept length says nothing about other branches")
+    elif args.speculative_grid != DEFAULT_SPEC_GRID:
+        raise InfercastError("--speculative-grid needs --speculative-algorithm (EAGLE3 with a draft, or MTP)")
+    quants = tuple(None if q in ("checkpoint", "none", "") else q for q in args.quantization.split(","))
+    request = PlanRequest(
+        model=args.model, device=args.device, num_devices=parse_device_counts(args.num_devices),
+        input_length=args.input_length, output_length=args.output_length, ttft_slo_ms=args.ttft_slo_ms,
+        tpot_slo_ms=args.tpot_slo_ms, quantizations=quants, batches=parse_int_list(args.batch_sizes, "--batch-sizes"),
+        kv_cache_dtype=args.kv_cache_dtype, speculative=spec_user, spec_grid=grid,
+    )
+    planner = Planner(request)
+    with Progress(TextColumn("sweeping"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("sweep", total=None)
+        result = planner.run(lambda done, total: bar.update(task, completed=done, total=total))
+    spec = getattr(planner, "spec_request", None)
+    launch = {}
+    if result.best is not None:
+        launch = {"sglang": sglang_command(request, result.best, planner.device.devices_per_node, spec),
+                  "vllm": vllm_command(request, result.best, spec)}
+    plots = [] if args.no_plot else plot(result, args.plot)
+    if args.json:
+        print(json.dumps({
+            "model": request.model, "device": request.device, "num_devices": list(request.num_devices),
+            "input_length": request.input_length, "output_length": request.output_length,
+            "ttft_slo_ms": request.ttft_slo_ms, "tpot_slo_ms": request.tpot_slo_ms,
+            "configurations_evaluated": result.evaluated, "sweep_s": result.sweep_s, "distinct_forwards_traced": result.traces,
+            "fits": sum(c.fits for c in result.configs), "meets_slo": sum(c.fits and c.meets_slo for c in result.configs),
+            "frontier": [c.to_dict() for c in result.frontier], "best": result.best.to_dict() if result.best else None,
+            "closest": [c.to_dict() for c in result.closest], "launch": {k: " ".join(v) for k, v in launch.items()},
+            "plots": plots, "notes": result.notes,
+        }, indent=2))
+    else:
+        print_plan(result, launch, plots, console)
+    return 0 if result.best is not None else 1
+
+
+def print_plan(result, launch: dict, plots: list[str], console: Console) -> None:
+    import shlex
+
+    r = result.request
+    slo = ", ".join(f"{name} <= {v:g} ms" for name, v in (("TTFT", r.ttft_slo_ms), ("TPOT", r.tpot_slo_ms)) if v)
+    console.print(f"[bold]{r.model}[/bold] on {r.device} x {', '.join(map(str, r.num_devices))}; input {r.input_length}, "
+                  f"output {r.output_length}; {slo or 'no latency targets'}")
+    console.print(f"{result.evaluated} configurations in {result.sweep_s:.2f} s "
+                  f"({result.evaluated / max(result.sweep_s, 1e-9) * 60:,.0f} per minute; "
+                  f"{result.traces} distinct forwards traced); {sum(c.fits for c in result.configs)} fit, "
+                  f"{sum(c.fits and c.meets_slo for c in result.configs)} also meet the targets")
+    for note in result.notes:
+        console.print(f"[yellow]note:[/yellow] {note}")
+    rows = result.frontier or result.closest
+    title = "Pareto frontier" if result.frontier else "no configuration meets the targets; the closest ones"
+    table = Table(title=title)
+    quant = len(r.quantizations) > 1
+    columns = ["devices: layout", *(["quant"] if quant else []), "batch", "speculative", "accept", "TPOT ms",
+               "TTFT ms", "tok/s/user", "tok/s/device", "GiB/dev", ""]
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("devices: layout", "quant", "speculative") else "right",
+                         no_wrap=True)
+    for c in rows:
+        mark = "[bold red]best[/bold red]" if c is result.best else (f"[red]+{c.violation:.0%}[/red]" if c.violation else "")
+        table.add_row(f"{c.layout.num_devices}: {c.layout.describe()}", *([c.quantization or "checkpoint"] if quant else []),
+                      str(c.batch), c.spec.describe() if c.spec else "off", f"{c.accept_length:.2f}",
+                      f"{c.tpot_ms:.2f}", f"{c.ttft_ms:.1f}", f"{c.tokens_per_s_per_user:.1f}",
+                      f"{c.tokens_per_s_per_device:,.1f}", f"{c.memory_gib:.1f}", mark)
+    Console(file=console.file, width=max(console.width, 140), highlight=False).print(table)
+    if plots:
+        console.print(f"plot: {', '.join(plots)}")
+    for engine, cmd in launch.items():
+        console.print(f"[bold]{engine}[/bold]:")
+        console.print(shlex.join(cmd), markup=False, highlight=False, soft_wrap=True)
+
+
+DEFAULT_SPEC_GRID = "s1,s2,s3,s4,s5"
+
+
+def add_plan_arguments(p: argparse.ArgumentParser) -> None:
+    from infercast.simulate import DEFAULT_DEVICE
+
+    p.add_argument("model", help="hub id, alias, config.json or model directory")
+    p.add_argument("--device", default=DEFAULT_DEVICE, help=f"device name (default {DEFAULT_DEVICE})")
+    p.add_argument("--num-devices", default="8", help="device counts: a list (8,16) or a range (8-32) (default 8)")
+    p.add_argument("--input-length", type=_int, default=1024, help="prompt tokens per request (default 1024)")
+    p.add_argument("--output-length", type=_int, default=1024, help="output tokens per request (default 1024)")
+    p.add_argument("--ttft-slo-ms", type=_float, default=None, help="time-to-first-token target")
+    p.add_argument("--tpot-slo-ms", type=_float, default=None, help="time-per-output-token target")
+    p.add_argument("--quantization", default="checkpoint",
+                   help="comma-separated --quantize-linear-action choices to sweep (default: the checkpoint's)")
+    p.add_argument("--batch-sizes", default=",".join(map(str, (1, 2, 4, 8, 16, 32, 64, 128, 256, 512))),
+                   help="concurrent requests to sweep (default 1,2,4,...,512)")
+    p.add_argument("--kv-cache-dtype", default="bf16", help="bf16 (default), fp16 or fp8")
+    p.add_argument("--num-mtp-tokens", type=_int, default=0, help="sweep DeepSeek-V3 MTP (same as --speculative-algorithm MTP)")
+    p.add_argument("--speculative-grid", default=DEFAULT_SPEC_GRID,
+                   help=f"speculative settings besides 'off': S-K-N triples or sS chains (default {DEFAULT_SPEC_GRID})")
+    p.add_argument("--plot", default="infercast-plan", metavar="PATH",
+                   help="write the frontier plot to PATH.png and PATH.svg (default infercast-plan)")
+    p.add_argument("--no-plot", action="store_true", help="do not write the plot")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
 
 
 def _write(path: str, text: str) -> None:
@@ -219,6 +373,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_simulate_arguments(p)
     add_speculative_arguments(p)
     p.set_defaults(handler=_cmd_simulate)
+    p = sub.add_parser("plan", help="sweep layouts, batch sizes and speculative settings; Pareto frontier, plot, "
+                                    "launch command")
+    add_plan_arguments(p)
+    add_speculative_arguments(p, grid=True)
+    p.set_defaults(handler=_cmd_plan)
     return parser
 
 

@@ -1,0 +1,397 @@
+"""``infercast plan``: sweep layouts, batch sizes and speculative settings; keep what fits and
+meets the latency targets; report the Pareto frontier of throughput per device against speed
+per user, and the launch command of the best point.
+
+Speed comes from reuse, not from pricing less: a model is built once per layout and
+quantization (the workload is swapped on the built model), and every forward is priced once
+per distinct shape (layout, tokens per request, batch), shared by every configuration that
+runs it: plain decode, the verify of each speculative setting with the same number of draft
+tokens, the draft forwards of settings with the same topk.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from infercast_adapters import InfercastError
+from infercast_adapters.arch import text_config_of
+from infercast_adapters.config import load_config
+
+from infercast.build import BuiltModel, build
+from infercast.devices import GIB, DeviceSpec
+from infercast.layers import KV_DTYPES, SimContext
+from infercast.parallel import Parallel, Workload, validate_layout
+from infercast.simulate import MEMORY_FRACTION, UserInput, _resolve_quant, _seconds, speculative_request
+from infercast.trace import trace
+
+DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+@dataclass(frozen=True)
+class Layout:
+    num_devices: int
+    tp: int
+    dp: int
+    ep: int
+
+    def describe(self) -> str:
+        return f"TP{self.tp} DP{self.dp} EP{self.ep}"
+
+
+@dataclass(frozen=True)
+class SpecChoice:
+    """(s, k, n), or None for no speculation."""
+
+    num_steps: int
+    topk: int
+    num_draft_tokens: int
+
+    def describe(self) -> str:
+        return f"s{self.num_steps} k{self.topk} n{self.num_draft_tokens}"
+
+
+@dataclass
+class Config:
+    layout: Layout
+    quantization: str | None
+    batch: int
+    spec: SpecChoice | None
+    tpot_ms: float = math.nan
+    ttft_ms: float = math.nan
+    accept_length: float = 1.0
+    tokens_per_s_per_device: float = 0.0
+    tokens_per_s_per_user: float = 0.0
+    memory_gib: float = 0.0
+    fits: bool = False
+    meets_slo: bool = False
+    violation: float = 0.0
+    """How far outside the SLOs (max ratio over 1); 0 when met."""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["layout"] = asdict(self.layout)
+        data["spec"] = asdict(self.spec) if self.spec else None
+        return data
+
+
+@dataclass
+class PlanRequest:
+    model: str
+    device: str = "H200"
+    num_devices: tuple[int, ...] = (8,)
+    input_length: int = 1024
+    output_length: int = 1024
+    ttft_slo_ms: float | None = None
+    tpot_slo_ms: float | None = None
+    quantizations: tuple[str | None, ...] = (None,)
+    batches: tuple[int, ...] = DEFAULT_BATCHES
+    kv_cache_dtype: str = "bf16"
+    speculative: UserInput | None = None
+    """Speculative flags (algorithm, draft, acceptance) shared by the grid; None: off only."""
+    spec_grid: tuple[SpecChoice, ...] = ()
+
+
+@dataclass
+class PlanResult:
+    configs: list[Config]
+    frontier: list[Config]
+    best: Config | None
+    closest: list[Config]
+    evaluated: int
+    sweep_s: float
+    traces: int
+    request: PlanRequest = field(repr=False)
+    notes: list[str] = field(default_factory=list)
+
+
+def layouts(num_devices: int, *, num_heads: int, num_experts: int | None) -> list[Layout]:
+    """TP across all devices; for MoE models also TP attention with EP experts, DP attention
+    with EP experts, and DP over nodes with TP inside; invalid ones are dropped."""
+    candidates = [Layout(num_devices, num_devices, 1, 1)]
+    if num_experts:
+        candidates += [Layout(num_devices, num_devices, 1, num_devices), Layout(num_devices, 1, num_devices, num_devices)]
+        if num_devices >= 16:
+            candidates.append(Layout(num_devices, 8, num_devices // 8, num_devices))
+    valid = []
+    for layout in candidates:
+        try:
+            validate_layout(Parallel(num_devices, layout.tp, layout.dp, layout.ep), num_heads=num_heads,
+                            num_experts=num_experts)
+        except InfercastError:
+            continue
+        if layout not in valid:
+            valid.append(layout)
+    return valid
+
+
+def pareto(configs: Iterable[Config]) -> list[Config]:
+    """Configurations no other beats on both tokens/s per device and tokens/s per user."""
+    ordered = sorted(configs, key=lambda c: (-c.tokens_per_s_per_user, -c.tokens_per_s_per_device))
+    frontier, best_device = [], -math.inf
+    for c in ordered:
+        if c.tokens_per_s_per_device > best_device:
+            frontier.append(c)
+            best_device = c.tokens_per_s_per_device
+    return frontier
+
+
+class Planner:
+    def __init__(self, request: PlanRequest, *, manager: Any = None, devices: Any = None) -> None:
+        from infercast.plugins import bundled_model_refs, get_devices, get_manager
+
+        self.request = request
+        self.manager = manager or get_manager()
+        self.device: DeviceSpec = (devices or get_devices()).get(request.device)
+        self.config = load_config(request.model, manager=self.manager, known_models=bundled_model_refs())
+        self.manager.patch_config(self.config)
+        self.profile = self.manager.profile_for(self.config.model_type)
+        if self.profile is None:
+            raise InfercastError(f"{request.model}: no adapter profile for model_type {self.config.model_type!r}")
+        self.text = text_config_of(self.config)
+        if request.kv_cache_dtype not in KV_DTYPES:
+            raise InfercastError(f"unknown --kv-cache-dtype {request.kv_cache_dtype!r}; valid: {', '.join(KV_DTYPES)}")
+        for name, value in (("--input-length", request.input_length), ("--output-length", request.output_length)):
+            if not isinstance(value, int) or value < 1:
+                raise InfercastError(f"{name} must be a positive whole number of tokens, got {value!r}")
+        for name, value in (("--ttft-slo-ms", request.ttft_slo_ms), ("--tpot-slo-ms", request.tpot_slo_ms)):
+            if value is not None and not value > 0:
+                raise InfercastError(f"{name} must be a positive number of milliseconds, got {value!r}")
+        self._built: dict[tuple, tuple[BuiltModel, SimContext]] = {}
+        self._drafts: dict[tuple, Any] = {}
+        self._seconds: dict[tuple, float] = {}
+        self.traces = 0
+        self.acceptance: dict[SpecChoice, tuple[float, str]] = {}
+        for choice in request.spec_grid:
+            user = replace(request.speculative, speculative_num_steps=choice.num_steps,
+                           speculative_eagle_topk=choice.topk, speculative_num_draft_tokens=choice.num_draft_tokens)
+            spec = speculative_request(user, self.text, self.profile, self.manager)
+            self.acceptance[choice] = (spec.accept_length, spec.acceptance)
+            self.spec_request = spec
+
+    # ------------------------------------------------------------------ cached pricing
+
+    def _model(self, layout: Layout, quant: str | None) -> tuple[BuiltModel, SimContext]:
+        key = (layout, quant)
+        if key not in self._built:
+            parallel = Parallel(layout.num_devices, layout.tp, layout.dp, layout.ep,
+                                scale_up_domain=self.device.scale_up_domain())
+            plan = _resolve_quant(self.config, self.text, quant)
+            ctx = SimContext(parallel=parallel, workload=Workload(1, 1, 0, True), quant=plan,
+                             kv_cache_dtype=KV_DTYPES[self.request.kv_cache_dtype])
+            self._built[key] = (build(self.config, self.profile, ctx, self.manager), ctx)
+        return self._built[key]
+
+    def _draft(self, layout: Layout, quant: str | None):
+        from infercast.quant import plan_from_checkpoint
+        from infercast.speculative import eagle3_draft, mtp_draft
+
+        key = (layout, quant)
+        if key not in self._drafts:
+            built, ctx = self._model(layout, quant)
+            spec = self.spec_request
+            if spec.draft_config is None:
+                draft, draft_ctx = mtp_draft(built.sim.layers[-1], self.text, ctx), ctx
+            else:
+                draft_ctx = SimContext(parallel=ctx.parallel, workload=ctx.workload, quant=plan_from_checkpoint(
+                    getattr(spec.draft_config, "quantization_config", None)), kv_cache_dtype=ctx.kv_cache_dtype)
+                draft = eagle3_draft(spec.draft_config, self.profile.model_type, draft_ctx, self.manager)
+            self._drafts[key] = (draft, draft_ctx)
+        return self._drafts[key]
+
+    def seconds(self, layout: Layout, quant: str | None, model: str, batch: int, tokens: int, logits: int,
+                decode: bool = True, context: int = 0) -> float:
+        """One forward's time, priced once per distinct shape."""
+        from infercast.speculative import trace_draft
+
+        key = (layout, quant, model, batch, tokens, logits, decode, context)
+        if key not in self._seconds:
+            workload = Workload(num_queries=batch, query_length=tokens, context_length=context, decode=decode)
+            if model == "target":
+                built, ctx = self._model(layout, quant)
+                with ctx.using(workload):
+                    records = trace(built.sim, ctx.tokens)
+            else:
+                draft, ctx = self._draft(layout, quant)
+                with ctx.using(workload):
+                    records = trace_draft(draft, ctx.tokens, logits)
+            self.traces += 1
+            self._seconds[key] = _seconds(records, self.device, ctx.parallel)
+        return self._seconds[key]
+
+    # ------------------------------------------------------------------ one configuration
+
+    def evaluate(self, layout: Layout, quant: str | None, batch: int, spec: SpecChoice | None) -> Config:
+        from infercast.speculative import cycle_forwards, weight_bytes
+
+        r = self.request
+        config = Config(layout, quant, batch, spec)
+        context = r.input_length + r.output_length // 2  # the average decode step
+        built, ctx = self._model(layout, quant)
+        weights = built.sim.weight_bytes()
+        kv_per_token = sum(layer.self_attn.kv_bytes_per_token() for layer in built.sim.layers)
+        if spec is None:
+            cycle = self.seconds(layout, quant, "target", batch, 1, 1, context=context)
+            tau = 1.0
+        else:
+            cycle = 0.0
+            for forward in cycle_forwards(spec.num_steps, spec.topk, spec.num_draft_tokens):
+                if forward.count:
+                    cycle += forward.count * self.seconds(layout, quant, forward.model, batch, forward.tokens_per_request,
+                                                          forward.logits_per_request, context=context)
+            tau = self.acceptance[spec][0]
+            draft, _ = self._draft(layout, quant)
+            weights += weight_bytes(draft)
+            kv_per_token += draft.kv_bytes_per_token()
+        requests = math.ceil(batch / layout.dp)
+        memory = weights + kv_per_token * requests * (r.input_length + r.output_length)
+        config.memory_gib = memory / GIB
+        config.fits = memory <= self.device.memory_bytes * MEMORY_FRACTION
+        config.accept_length = tau
+        config.tpot_ms = cycle / tau * 1e3
+        config.tokens_per_s_per_user = 1e3 / config.tpot_ms
+        config.tokens_per_s_per_device = batch * tau / cycle / layout.num_devices
+        config.ttft_ms = self.seconds(layout, quant, "target", 1, r.input_length, 1, decode=False) * 1e3
+        ratios = [v / slo for v, slo in ((config.ttft_ms, r.ttft_slo_ms), (config.tpot_ms, r.tpot_slo_ms)) if slo]
+        config.violation = max([0.0] + [x - 1 for x in ratios])
+        config.meets_slo = config.violation == 0.0
+        return config
+
+    def grid(self) -> list[tuple[Layout, str | None, int, SpecChoice | None]]:
+        routed = (getattr(self.text, "n_routed_experts", None) or getattr(self.text, "num_experts", None)
+                  or getattr(self.text, "num_local_experts", None))
+        experts = routed if self.profile.is_moe else None
+        points = []
+        for n in self.request.num_devices:
+            for layout in layouts(n, num_heads=self.text.num_attention_heads, num_experts=experts):
+                for quant in self.request.quantizations:
+                    for batch in self.request.batches:
+                        if batch < layout.dp:
+                            continue  # a DP rank with no request
+                        for spec in (None, *self.request.spec_grid):
+                            points.append((layout, quant, batch, spec))
+        if not points:
+            raise InfercastError(f"no valid layout for {self.request.model} on {self.request.num_devices} devices")
+        return points
+
+    def run(self, progress: Callable[[int, int], None] | None = None) -> PlanResult:
+        started = time.perf_counter()
+        points = self.grid()
+        configs = []
+        for i, point in enumerate(points):
+            configs.append(self.evaluate(*point))
+            if progress is not None:
+                progress(i + 1, len(points))
+        usable = [c for c in configs if c.fits and c.meets_slo]
+        frontier = pareto(usable)
+        best = max(frontier, key=lambda c: c.tokens_per_s_per_device) if frontier else None
+        closest = [] if best else sorted((c for c in configs if c.fits), key=lambda c: c.violation)[:5]
+        notes = []
+        if self.request.spec_grid:
+            spec = self.spec_request
+            notes.append(f"acceptance: {spec.acceptance}")
+        notes.append(f"decode priced at context {self.request.input_length + self.request.output_length // 2} "
+                     f"(input + half the output); memory holds input + output per request; TTFT is one request's "
+                     f"prefill alone")
+        return PlanResult(configs, frontier, best, closest, len(configs), time.perf_counter() - started,
+                          self.traces, self.request, notes)
+
+
+# ------------------------------------------------------------------------------ launch commands
+
+
+def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, spec: Any = None) -> list[str]:
+    """``python -m sglang.launch_server ...`` for ``config`` (first node's command when multi-node)."""
+    layout = config.layout
+    cmd = ["python", "-m", "sglang.launch_server", "--model-path", request.model, "--tp-size", str(layout.num_devices)]
+    if layout.dp > 1:
+        cmd += ["--dp-size", str(layout.dp), "--enable-dp-attention"]
+    if layout.ep > 1:
+        cmd += ["--ep-size", str(layout.ep)]
+    nodes = math.ceil(layout.num_devices / devices_per_node)
+    if nodes > 1:
+        cmd += ["--nnodes", str(nodes), "--node-rank", "0", "--dist-init-addr", "MASTER_IP:5000"]
+    if config.quantization:
+        cmd += ["--quantization", config.quantization]
+    if request.kv_cache_dtype not in ("bf16", "auto"):
+        cmd += ["--kv-cache-dtype", "fp8_e4m3" if request.kv_cache_dtype == "fp8" else request.kv_cache_dtype]
+    cmd += ["--max-running-requests", str(config.batch)]
+    if config.spec is not None:
+        algorithm = "EAGLE3" if spec.draft_model else "EAGLE"
+        cmd += ["--speculative-algorithm", algorithm]
+        if spec.draft_model:
+            cmd += ["--speculative-draft-model-path", spec.draft_model]
+        cmd += ["--speculative-num-steps", str(config.spec.num_steps), "--speculative-eagle-topk", str(config.spec.topk),
+                "--speculative-num-draft-tokens", str(config.spec.num_draft_tokens)]
+    cmd += ["--trust-remote-code"]
+    return cmd
+
+
+def vllm_command(request: PlanRequest, config: Config, spec: Any = None) -> list[str]:
+    """The vLLM equivalent (``vllm serve ...``)."""
+    import json
+
+    layout = config.layout
+    cmd = ["vllm", "serve", request.model, "--tensor-parallel-size", str(layout.tp)]
+    if layout.dp > 1:
+        cmd += ["--data-parallel-size", str(layout.dp)]
+    if layout.ep > 1:
+        cmd += ["--enable-expert-parallel"]
+    if request.kv_cache_dtype not in ("bf16", "auto"):
+        cmd += ["--kv-cache-dtype", "fp8" if request.kv_cache_dtype.startswith("fp8") else request.kv_cache_dtype]
+    cmd += ["--max-num-seqs", str(config.batch)]
+    if config.spec is not None:
+        method = "eagle3" if spec.draft_model else "deepseek_mtp"
+        body = {"method": method, "num_speculative_tokens": config.spec.num_steps}
+        if spec.draft_model:
+            body["model"] = spec.draft_model
+        cmd += ["--speculative-config", json.dumps(body)]
+    cmd += ["--trust-remote-code"]
+    return cmd
+
+
+def plot(result: PlanResult, path_stem: str) -> list[str]:
+    """The frontier over every configuration that fits, best point marked: PNG and SVG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    fits = [c for c in result.configs if c.fits]
+    off = [c for c in fits if c.spec is None]
+    on = [c for c in fits if c.spec is not None]
+    ax.scatter([c.tokens_per_s_per_user for c in off], [c.tokens_per_s_per_device for c in off], s=12, c="#9aa5b1",
+               label="fits, no speculation")
+    ax.scatter([c.tokens_per_s_per_user for c in on], [c.tokens_per_s_per_device for c in on], s=12, c="#f0b37e",
+               marker="^", label="fits, speculative")
+    if result.frontier:
+        ax.plot([c.tokens_per_s_per_user for c in result.frontier], [c.tokens_per_s_per_device for c in result.frontier],
+                "-o", c="#1f5fa8", ms=5, label="Pareto frontier (fits and meets SLOs)")
+    if result.best is not None:
+        b = result.best
+        ax.scatter([b.tokens_per_s_per_user], [b.tokens_per_s_per_device], s=220, marker="*", c="#d62728", zorder=5,
+                   label="chosen")
+        ax.annotate(f"{b.layout.describe()}, batch {b.batch}, {b.spec.describe() if b.spec else 'no spec'}",
+                    (b.tokens_per_s_per_user, b.tokens_per_s_per_device), textcoords="offset points", xytext=(8, 8))
+    r = result.request
+    if r.tpot_slo_ms:
+        ax.axvline(1e3 / r.tpot_slo_ms, ls="--", c="#555", lw=1, label=f"TPOT SLO {r.tpot_slo_ms:g} ms")
+    ax.set_xlabel("output tokens/s per user (1000 / TPOT ms)")
+    ax.set_ylabel("output tokens/s per device")
+    ax.set_title(f"{r.model} on {r.device} x {', '.join(map(str, r.num_devices))}: in {r.input_length}, "
+                 f"out {r.output_length}", fontsize=10)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths = []
+    for suffix in (".png", ".svg"):
+        fig.savefig(path_stem + suffix, dpi=150 if suffix == ".png" else None)
+        paths.append(path_stem + suffix)
+    plt.close(fig)
+    return paths

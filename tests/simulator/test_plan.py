@@ -1,0 +1,133 @@
+"""``infercast plan``: the frontier is non-dominated and respects memory and SLOs; the launch
+commands use real engine flags; the plot is written."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from infercast.cli import main
+from infercast.plan import Config, Layout, Planner, PlanRequest, SpecChoice, pareto, sglang_command, vllm_command
+from infercast.simulate import UserInput
+
+# From sglang's documented server arguments (docs/advanced_features/server_arguments.md).
+SGLANG_SERVER_ARGS = {
+    "--model-path", "--tokenizer-path", "--host", "--port", "--tp-size", "--dp-size", "--ep-size", "--pp-size",
+    "--enable-dp-attention", "--nnodes", "--node-rank", "--dist-init-addr", "--quantization", "--kv-cache-dtype",
+    "--max-running-requests", "--mem-fraction-static", "--context-length", "--trust-remote-code",
+    "--speculative-algorithm", "--speculative-draft-model-path", "--speculative-num-steps",
+    "--speculative-eagle-topk", "--speculative-num-draft-tokens", "--enable-two-batch-overlap", "--moe-a2a-backend",
+    "--ep-num-redundant-experts", "--chunked-prefill-size", "--cuda-graph-max-bs",
+}
+# From vLLM's documented `vllm serve` arguments.
+VLLM_SERVE_ARGS = {
+    "--tensor-parallel-size", "--data-parallel-size", "--pipeline-parallel-size", "--enable-expert-parallel",
+    "--max-num-seqs", "--kv-cache-dtype", "--quantization", "--speculative-config", "--trust-remote-code",
+    "--max-model-len", "--gpu-memory-utilization",
+}
+
+SMALL = PlanRequest(model="meta-llama/Llama-3.1-8B-Instruct", device="H100", num_devices=(1, 2),
+                    batches=(1, 4, 16, 64, 256, 1024), tpot_slo_ms=12.0, ttft_slo_ms=500.0, input_length=2048,
+                    output_length=1024,
+                    speculative=UserInput(speculative_algorithm="EAGLE3",
+                                          speculative_draft_model="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+                                          acceptance_rates="0.8,0.7,0.6,0.5"),
+                    spec_grid=(SpecChoice(1, 1, 2), SpecChoice(2, 1, 3), SpecChoice(3, 1, 4)))
+
+
+@pytest.fixture(scope="module")
+def small_plan():
+    return Planner(SMALL).run()
+
+
+def test_every_configuration_is_evaluated_once_and_shapes_are_reused(small_plan) -> None:
+    # 1 GPU: TP1; 2 GPUs: TP2 (a dense model has no EP layouts); 6 batches; off + 3 chains
+    assert small_plan.evaluated == 2 * 6 * 4
+    # per (layout, batch): decode, verify at n = 2, 3, 4, one draft step shape (topk 1), extend at n = 2, 3, 4;
+    # one prefill per layout. Unshared, every configuration would trace its own (about 156).
+    assert small_plan.traces == 2 * 6 * (1 + 3 + 1 + 3) + 2
+
+
+def test_the_frontier_is_non_dominated_and_respects_memory_and_slos(small_plan) -> None:
+    usable = [c for c in small_plan.configs if c.fits and c.meets_slo]
+    assert small_plan.frontier and all(c in usable for c in small_plan.frontier)
+    for f in small_plan.frontier:
+        assert f.tpot_ms <= 12.0 and f.ttft_ms <= 500.0 and f.fits
+        assert not any(c.tokens_per_s_per_user >= f.tokens_per_s_per_user and
+                       c.tokens_per_s_per_device > f.tokens_per_s_per_device for c in usable)
+    missing = [c for c in usable if c not in small_plan.frontier]
+    assert all(any(f.tokens_per_s_per_user >= c.tokens_per_s_per_user and
+                   f.tokens_per_s_per_device >= c.tokens_per_s_per_device for f in small_plan.frontier) for c in missing)
+    assert small_plan.best is max(small_plan.frontier, key=lambda c: c.tokens_per_s_per_device)
+    too_big = [c for c in small_plan.configs if c.batch == 1024 and c.layout.num_devices == 1]
+    assert too_big and not any(c.fits for c in too_big)  # 1024 x 3K tokens of KV do not fit one H100
+
+
+def test_pareto_on_hand_made_points() -> None:
+    def point(user, device):
+        c = Config(Layout(1, 1, 1, 1), None, 1, None)
+        c.tokens_per_s_per_user, c.tokens_per_s_per_device = user, device
+        return c
+
+    a, b, c, d = point(100, 10), point(50, 50), point(40, 40), point(10, 80)
+    assert pareto([a, b, c, d]) == [a, b, d]
+
+
+def test_launch_commands_use_documented_flags(small_plan) -> None:
+    best = small_plan.best
+    spec = Planner(SMALL).spec_request
+    wide = Config(Layout(16, 8, 2, 16), "fp8", 64, SpecChoice(3, 1, 4))
+    for config in (best, wide):
+        cmd = sglang_command(SMALL, config, 8, spec)
+        assert cmd[:3] == ["python", "-m", "sglang.launch_server"]
+        flags = {part for part in cmd if part.startswith("--")}
+        assert flags <= SGLANG_SERVER_ARGS, flags - SGLANG_SERVER_ARGS
+        assert shlex.split(shlex.join(cmd)) == cmd
+        vllm = vllm_command(SMALL, config, spec)
+        assert {p for p in vllm if p.startswith("--")} <= VLLM_SERVE_ARGS
+    cmd = sglang_command(SMALL, wide, 8, spec)
+    assert cmd[cmd.index("--tp-size") + 1] == "16" and cmd[cmd.index("--dp-size") + 1] == "2"
+    assert cmd[cmd.index("--nnodes") + 1] == "2" and cmd[cmd.index("--speculative-num-draft-tokens") + 1] == "4"
+    config = json.loads(vllm_command(SMALL, wide, spec)[vllm_command(SMALL, wide, spec).index("--speculative-config") + 1])
+    assert config == {"method": "eagle3", "num_speculative_tokens": 3, "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}
+
+
+def test_cli_plan_prints_frontier_writes_plot_and_json(tmp_path, capsys) -> None:
+    stem = str(tmp_path / "frontier")
+    code = main(["plan", "meta-llama/Llama-3.1-8B-Instruct", "--device", "H100", "--num-devices", "1,2",
+                 "--batch-sizes", "1,8,64", "--tpot-slo-ms", "15", "--speculative-algorithm", "EAGLE3",
+                 "--speculative-draft-model", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "--accept-length", "2.2",
+                 "--speculative-grid", "s2,s3", "--plot", stem, "--json"])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["configurations_evaluated"] == 2 * 3 * 3 and report["sweep_s"] > 0
+    assert report["best"] is not None and report["launch"]["sglang"].startswith("python -m sglang.launch_server")
+    assert (tmp_path / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "<svg" in (tmp_path / "frontier.svg").read_text()
+
+
+def test_an_slo_nothing_meets_is_reported_with_the_closest(capsys) -> None:
+    code = main(["plan", "meta-llama/Llama-3.1-8B-Instruct", "--device", "H100", "--num-devices", "1",
+                 "--batch-sizes", "1,8", "--tpot-slo-ms", "0.5", "--no-plot"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 1
+    assert "no configuration meets the targets; the closest ones" in out and "0 also meet the targets" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--num-devices", "eight"], "--num-devices takes a list"),
+    (["--tpot-slo-ms", "-3"], "--tpot-slo-ms must be a positive number"),
+    (["--speculative-grid", "s3"], "--speculative-grid needs --speculative-algorithm"),
+    (["--speculative-algorithm", "EAGLE3", "--speculative-draft-model", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+      "--accept-length", "2", "--speculative-grid", "3-2-5"], "trees .* need --acceptance-matrix"),
+    (["--speculative-algorithm", "EAGLE3", "--speculative-draft-model", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+      "--accept-length", "2", "--speculative-grid", "3-1-6"], r"num_steps \+ 1 = 4"),
+])
+def test_bad_plan_input_exits_2(capsys, argv, message) -> None:
+    import re
+
+    assert main(["plan", "meta-llama/Llama-3.1-8B-Instruct", "--device", "H100", "--no-plot", *argv]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert re.search(message, err), err

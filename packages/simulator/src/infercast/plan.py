@@ -376,7 +376,8 @@ def plot(result: PlanResult, path_stem: str) -> list[str]:
         ax.scatter([b.tokens_per_s_per_user], [b.tokens_per_s_per_device], s=220, marker="*", c="#d62728", zorder=5,
                    label="chosen")
         ax.annotate(f"{b.layout.describe()}, batch {b.batch}, {b.spec.describe() if b.spec else 'no spec'}",
-                    (b.tokens_per_s_per_user, b.tokens_per_s_per_device), textcoords="offset points", xytext=(8, 8))
+                    (b.tokens_per_s_per_user, b.tokens_per_s_per_device), textcoords="offset points", xytext=(-12, -4),
+                    ha="right", va="top", fontsize=9)
     r = result.request
     if r.tpot_slo_ms:
         ax.axvline(1e3 / r.tpot_slo_ms, ls="--", c="#555", lw=1, label=f"TPOT SLO {r.tpot_slo_ms:g} ms")

@@ -82,7 +82,7 @@ def test_load_draft_shares_the_target_embedding_and_reads_the_aux_layers(checkpo
 def test_a_draft_that_does_not_fit_the_target_is_named() -> None:
     config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, draft_vocab_size=50)
     config.target_hidden_size = 48
-    with pytest.raises(ConfigError, match="48 wide .* the target's are 32"):
+    with pytest.raises(ConfigError, match="48 wide .* the target's hidden size is 32"):
         check_fits(from_transformers(config), 32, VOCAB, has_d2t=True)
     config.target_hidden_size = 32
     with pytest.raises(ConfigError, match="vocabulary has 97 tokens, the target's 120"):

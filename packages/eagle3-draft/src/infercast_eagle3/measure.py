@@ -153,8 +153,8 @@ def check_fits(config, target_hidden: int, target_vocab: int, has_d2t: bool) -> 
     """A draft serves a target only if it reads the target's hidden states and maps its
     vocabulary onto the target's."""
     if config.target_hidden_size != target_hidden:
-        raise ConfigError(f"the draft reads hidden states {config.target_hidden_size} wide (target_hidden_size); "
-                          f"the target's are {target_hidden}")
+        raise ConfigError(f"the draft reads target hidden states {config.target_hidden_size} wide "
+                          f"(target_hidden_size); the target's hidden size is {target_hidden}")
     if config.vocab_size != target_vocab:
         raise ConfigError(f"the draft's vocabulary has {config.vocab_size} tokens, the target's {target_vocab}")
     if config.draft_vocab_size != target_vocab and not has_d2t:

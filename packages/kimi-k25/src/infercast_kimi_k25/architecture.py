@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 MODEL_ID = "moonshotai/Kimi-K2.5"
+DRAFT_MODEL_ID = "lightseekorg/kimi-k2.5-eagle3-mla"
+"""The published EAGLE3 MLA draft (config in :func:`infercast_kimi_k25.eagle3.eagle3_mla_config`)."""
 ALIASES = ("kimi-k2.5", "kimi-k25", "Kimi-K2.5")
 
 TEXT_CONFIG: dict[str, Any] = {

@@ -29,7 +29,6 @@ from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
 )
 
 from infercast_kimi_k25.architecture import TEXT_CONFIG
-from infercast_kimi_k25.plugin import DRAFT_MODEL_ID  # noqa: F401  (re-exported)
 
 ARCHITECTURE = "Eagle3DeepseekV2ForCausalLM"
 TARGET_MODEL_TYPES = ("kimi_k25", "kimi_k2", "deepseek_v3")

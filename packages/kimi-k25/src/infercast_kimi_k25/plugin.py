@@ -11,9 +11,12 @@ from infercast_adapters import ModelProfile, hookimpl
 
 from infercast_kimi_k25 import class_patches as _class_patches
 from infercast_kimi_k25 import config_patches as _config_patches
-from infercast_kimi_k25.architecture import ALIASES, MODEL_ID, kimi_k25_config
-
-DRAFT_MODEL_ID = "lightseekorg/kimi-k2.5-eagle3-mla"
+from infercast_kimi_k25.architecture import (
+    ALIASES,
+    DRAFT_MODEL_ID,
+    MODEL_ID,
+    kimi_k25_config,
+)
 
 MODEL_TYPE = "kimi_k25"
 BUNDLED_REFS = (MODEL_ID,)

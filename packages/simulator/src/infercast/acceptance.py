@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infercast_adapters import InfercastError
-
 from infercast_eagle3.loop import SpecSettings
 
 
@@ -140,18 +139,19 @@ class Preset:
 
 
 def _presets() -> dict[str, Preset]:
-    table = {
-        ("kimi-k2.5-eagle3-mla", "lightseekorg/kimi-k2.5-eagle3-mla model card"): {
+    table = {  # (preset, draft checkpoint, source): accept length per dataset
+        ("kimi-k2.5-eagle3-mla", "lightseekorg/kimi-k2.5-eagle3-mla", "lightseekorg/kimi-k2.5-eagle3-mla model card"): {
             "mtbench": 2.940, "ceval": 2.829, "gsm8k": 3.017, "humaneval": 2.969, "math500": 3.051, "aime": 3.139,
             "mmstar": 2.597},
-        ("kimi-k2.5-eagle3", "lightseekorg/kimi-k2.5-eagle3 model card (Llama-style draft)"): {
+        ("kimi-k2.5-eagle3", "lightseekorg/kimi-k2.5-eagle3", "lightseekorg/kimi-k2.5-eagle3 model card (Llama-style draft)"): {
             "mtbench": 2.687, "ceval": 2.295, "gsm8k": 3.201, "humaneval": 3.285, "math500": 3.342, "aime": 3.033,
             "mmstar": 2.787},
-        ("kimi-k2-eagle3", "AQ-MedAI/Kimi-K2-Instruct-eagle3 model card"): {
+        ("kimi-k2-eagle3", "AQ-MedAI/Kimi-K2-Instruct-eagle3", "AQ-MedAI/Kimi-K2-Instruct-eagle3 model card"): {
             "humaneval": 3.372, "gsm8k": 3.165, "math500": 3.490},
     }
     presets: dict[str, Preset] = {}
-    for (draft, source), datasets in table.items():
+    for (draft, checkpoint, source), datasets in table.items():
+        DRAFT_PRESETS[checkpoint.lower()] = draft
         for dataset, tau in datasets.items():
             presets[f"{draft}/{dataset}"] = Preset(f"{draft}/{dataset}", tau, 3, f"{source}, s3 k1 n4, greedy")
         mean = sum(datasets.values()) / len(datasets)
@@ -162,7 +162,13 @@ def _presets() -> dict[str, Preset]:
     return presets
 
 
+DRAFT_PRESETS: dict[str, str] = {}
+"""Draft checkpoints with published accept lengths -> their preset (the default acceptance)."""
 PRESETS = _presets()
+
+
+def preset_for_draft(draft_ref: str) -> str | None:
+    return DRAFT_PRESETS.get(draft_ref.lower())
 
 
 def preset(name: str) -> Preset:

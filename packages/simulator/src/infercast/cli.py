@@ -184,7 +184,13 @@ def parse_spec_grid(text: str) -> tuple:
 
 
 def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     from infercast.plan import Planner, PlanRequest, plot, sglang_command, vllm_command
     from infercast.simulate import UserInput
@@ -211,7 +217,7 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
                   console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("sweep", total=None)
         result = planner.run(lambda done, total: bar.update(task, completed=done, total=total))
-    spec = getattr(planner, "spec_request", None)
+    spec = planner.spec_request
     launch = {}
     if result.best is not None:
         launch = {"sglang": sglang_command(request, result.best, planner.device.devices_per_node, spec),

@@ -25,7 +25,14 @@ from infercast.build import BuiltModel, build
 from infercast.devices import GIB, DeviceSpec
 from infercast.layers import KV_DTYPES, SimContext
 from infercast.parallel import Parallel, Workload, validate_layout
-from infercast.simulate import MEMORY_FRACTION, UserInput, _resolve_quant, _seconds, speculative_request
+from infercast.simulate import (
+    MEMORY_FRACTION,
+    UserInput,
+    _resolve_quant,
+    _seconds,
+    routed_experts,
+    speculative_request,
+)
 from infercast.trace import trace
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -165,6 +172,8 @@ class Planner:
         self._seconds: dict[tuple, float] = {}
         self.traces = 0
         self.acceptance: dict[SpecChoice, tuple[float, str]] = {}
+        self.spec_request = None
+        """The resolved speculative request (draft and acceptance; the same for every grid setting)."""
         for choice in request.spec_grid:
             user = replace(request.speculative, speculative_num_steps=choice.num_steps,
                            speculative_eagle_topk=choice.topk, speculative_num_draft_tokens=choice.num_draft_tokens)
@@ -186,20 +195,12 @@ class Planner:
         return self._built[key]
 
     def _draft(self, layout: Layout, quant: str | None):
-        from infercast.quant import plan_from_checkpoint
-        from infercast.speculative import eagle3_draft, mtp_draft
+        from infercast.speculative import draft_for
 
         key = (layout, quant)
         if key not in self._drafts:
             built, ctx = self._model(layout, quant)
-            spec = self.spec_request
-            if spec.draft_config is None:
-                draft, draft_ctx = mtp_draft(built.sim.layers[-1], self.text, ctx), ctx
-            else:
-                draft_ctx = SimContext(parallel=ctx.parallel, workload=ctx.workload, quant=plan_from_checkpoint(
-                    getattr(spec.draft_config, "quantization_config", None)), kv_cache_dtype=ctx.kv_cache_dtype)
-                draft = eagle3_draft(spec.draft_config, self.profile.model_type, draft_ctx, self.manager)
-            self._drafts[key] = (draft, draft_ctx)
+            self._drafts[key] = draft_for(self.spec_request.draft_config, built, ctx, self.manager)
         return self._drafts[key]
 
     def seconds(self, layout: Layout, quant: str | None, model: str, batch: int, tokens: int, logits: int,
@@ -261,9 +262,7 @@ class Planner:
         return config
 
     def grid(self) -> list[tuple[Layout, str | None, int, SpecChoice | None]]:
-        routed = (getattr(self.text, "n_routed_experts", None) or getattr(self.text, "num_experts", None)
-                  or getattr(self.text, "num_local_experts", None))
-        experts = routed if self.profile.is_moe else None
+        experts = routed_experts(self.text, self.profile)
         points = []
         for n in self.request.num_devices:
             for layout in layouts(n, num_heads=self.text.num_attention_heads, num_experts=experts):

@@ -174,8 +174,7 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
         two_batch_overlap=user.two_batch_overlap, scale_up_domain=device.scale_up_domain(user.super_node),
         redundant_experts=user.ep_num_redundant_experts,
     )
-    routed = getattr(text, "n_routed_experts", None) or getattr(text, "num_experts", None) or getattr(text, "num_local_experts", None)
-    validate_layout(parallel, num_heads=text.num_attention_heads, num_experts=routed if profile.is_moe else None)
+    validate_layout(parallel, num_heads=text.num_attention_heads, num_experts=routed_experts(text, profile))
 
     decode = user.decode or user.query_length is None
     spec = speculative_request(user, text, profile, manager)
@@ -221,6 +220,14 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
                          "vision_ms": sum(t.seconds * r.count for r, t in result._timed if r.path.startswith("vision")) * 1e3}
     result.simulation_wall_s = time.perf_counter() - started
     return result
+
+
+def routed_experts(text: Any, profile: Any) -> int | None:
+    """Routed experts per MoE layer (None for dense models), under any of the config names."""
+    if not profile.is_moe:
+        return None
+    return (getattr(text, "n_routed_experts", None) or getattr(text, "num_experts", None)
+            or getattr(text, "num_local_experts", None))
 
 
 def _vision_request(user: UserInput, config: Any, profile: Any):
@@ -396,14 +403,6 @@ class SpecRequest:
     acceptance: str
 
 
-DEFAULT_DRAFT_PRESETS = {
-    "lightseekorg/kimi-k2.5-eagle3-mla": "kimi-k2.5-eagle3-mla",
-    "lightseekorg/kimi-k2.5-eagle3": "kimi-k2.5-eagle3",
-    "aq-medai/kimi-k2-instruct-eagle3": "kimi-k2-eagle3",
-}
-"""Drafts with published accept lengths: their preset is the default acceptance."""
-
-
 def speculative_request(user: UserInput, text: Any, profile: Any, manager: Any) -> SpecRequest | None:
     """What ``user`` asks of speculative decoding, validated; None without it."""
     from infercast import acceptance as acc
@@ -441,10 +440,12 @@ def speculative_request(user: UserInput, text: Any, profile: Any, manager: Any) 
                              "directory, or a bundled draft such as lightseekorg/kimi-k2.5-eagle3-mla)")
     draft_config = None
     if not mtp:
-        draft_config = load_config(user.speculative_draft_model, manager=manager, known_models=bundled_model_refs())
-        from infercast.speculative import check_draft_fits
+        from infercast_eagle3.config import from_transformers
+        from infercast_eagle3.measure import check_fits
 
-        check_draft_fits(draft_config, text)
+        draft_config = load_config(user.speculative_draft_model, manager=manager, known_models=bundled_model_refs())
+        # a published draft ships its d2t map, so a smaller draft vocabulary is fine here
+        check_fits(from_transformers(draft_config), text.hidden_size, text.vocab_size, has_d2t=True)
     default = (3, 1, 4) if profile.attention_kind == "mla" else (5, 4, 8)
     if mtp and user.num_mtp_tokens:
         if user.speculative_num_steps not in (None, user.num_mtp_tokens):
@@ -470,7 +471,7 @@ def speculative_request(user: UserInput, text: Any, profile: Any, manager: Any) 
         model, source = acc.MeasuredLength(value), f"{samples} samples in {user.accept_length_from}"
     else:
         name = user.acceptance_preset or ("deepseek-v3-mtp" if mtp else
-                                          DEFAULT_DRAFT_PRESETS.get((user.speculative_draft_model or "").lower()))
+                                          acc.preset_for_draft(user.speculative_draft_model or ""))
         if name is None:
             raise InfercastError(
                 f"no published acceptance for {user.speculative_draft_model}; give --accept-length, "
@@ -492,20 +493,18 @@ def _seconds(records: list[OpRecord], device: DeviceSpec, parallel: Parallel) ->
 def price_speculative(user: UserInput, built: BuiltModel, records: list[OpRecord], device: DeviceSpec, ctx: SimContext,
                       context: int, quant_text: str, spec: SpecRequest, manager: Any) -> SimResult:
     """Price one speculative cycle (draft forwards, verify, extend) against plain decode."""
-    from infercast.quant import plan_from_checkpoint
-    from infercast.speculative import cycle_forwards, eagle3_draft, mtp_draft, relabel, trace_draft, weight_bytes
+    from infercast.speculative import (
+        cycle_forwards,
+        draft_for,
+        relabel,
+        trace_draft,
+        weight_bytes,
+    )
 
     p, s = ctx.parallel, spec.settings
     base = price(user, built, records, device, ctx, True, 1, context, quant_text)
-    if spec.draft_config is None:
-        draft_ctx = ctx
-        draft = mtp_draft(built.sim.layers[-1], built.text_config, ctx)
-        draft_weights = weight_bytes(draft)  # the MTP layer is a copy of the last layer's kind
-    else:
-        draft_ctx = SimContext(parallel=p, workload=ctx.workload, quant=plan_from_checkpoint(
-            getattr(spec.draft_config, "quantization_config", None)), kv_cache_dtype=ctx.kv_cache_dtype)
-        draft = eagle3_draft(spec.draft_config, built.profile.model_type, draft_ctx, manager)
-        draft_weights = weight_bytes(draft)
+    draft, draft_ctx = draft_for(spec.draft_config, built, ctx, manager)
+    draft_weights = weight_bytes(draft)
     cycle: list[OpRecord] = []
     forwards = []
     for forward in cycle_forwards(s.num_steps, s.topk, s.num_draft_tokens):

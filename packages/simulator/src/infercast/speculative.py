@@ -210,18 +210,17 @@ def mtp_draft(target_last_layer: SimDecoderLayer, text: Any, ctx: SimContext) ->
                     draft_vocab_size=text.vocab_size, fc_in=None, architecture="DeepSeek-V3 MTP")
 
 
-def check_draft_fits(draft_config: Any, text: Any) -> None:
-    """A draft serves a target only if it reads the target's hidden states and maps onto its vocabulary."""
-    target_hidden = getattr(draft_config, "target_hidden_size", None) or draft_config.hidden_size
-    if target_hidden != text.hidden_size:
-        raise InfercastError(f"the draft reads target hidden states {target_hidden} wide (target_hidden_size); "
-                             f"the target's hidden size is {text.hidden_size}")
-    if draft_config.vocab_size != text.vocab_size:
-        raise InfercastError(f"the draft's vocabulary has {draft_config.vocab_size} tokens, the target's "
-                             f"{text.vocab_size}")
-    draft_vocab = getattr(draft_config, "draft_vocab_size", None) or draft_config.vocab_size
-    if draft_vocab > text.vocab_size:
-        raise InfercastError(f"the draft predicts {draft_vocab} tokens, more than the target's {text.vocab_size}")
+def draft_for(draft_config: Any, built: Any, ctx: SimContext, manager: Any) -> tuple[SimDraft, SimContext]:
+    """The draft serving ``built`` and the context it runs in: DeepSeek-V3's MTP layer (same
+    context and quantization as the target) when ``draft_config`` is None, else the EAGLE3
+    draft ``draft_config`` describes, with its own checkpoint's quantization."""
+    from infercast.quant import plan_from_checkpoint
+
+    if draft_config is None:
+        return mtp_draft(built.sim.layers[-1], built.text_config, ctx), ctx
+    draft_ctx = SimContext(parallel=ctx.parallel, workload=ctx.workload, quant=plan_from_checkpoint(
+        getattr(draft_config, "quantization_config", None)), kv_cache_dtype=ctx.kv_cache_dtype)
+    return eagle3_draft(draft_config, built.profile.model_type, draft_ctx, manager), draft_ctx
 
 
 def weight_bytes(module: nn.Module) -> int:

@@ -7,10 +7,10 @@ import importlib
 import logging
 import pkgutil
 
+from infercast_kimi_k25.eagle3 import ARCHITECTURE
 from infercast_kimi_k25.sglang_plugin import checked_weights, register
 
 logger = logging.getLogger(__name__)
-ARCHITECTURE = "Eagle3DeepseekV2ForCausalLM"
 
 
 def upstream_class() -> type | None:

@@ -25,9 +25,9 @@ def test_text_decode_16_devices_tp8_dp2_ep16_w4a8_shared_expert_tp() -> None:
     ops = names(result)
     assert {"infercast::mla_attention", "infercast::all_to_all", "infercast::quant_gemm",
             "infercast::quantize_activation"} <= ops
-    grouped = [r for r, _ in result._timed if r.name == "infercast::grouped_gemm"]
-    assert grouped and all(r.args[5] == 4 for r in grouped)  # INT4 expert weights
-    assert {r.args[-1] for r in grouped} == {"int8"}  # with int8 activations
+    experts = [r for r, _ in result._timed if r.name == "infercast::fused_moe"]
+    assert experts and {r["dtype"] for r in experts} == {"w4a8"}  # INT4 expert weights, int8 activations
+    assert all(r["local_experts"] == 384 // 16 for r in experts)
     assert any(".shared_experts." in p for p in paths(result, "quant_gemm"))  # shared expert quantized, TP-split
     assert result.parallel == {"tp": 8, "dp": 2, "ep": 16, "moe_tp": 1, "shared_expert_tp": True,
                                "two_batch_overlap": False}
@@ -42,7 +42,9 @@ def test_vl_prefill_one_1080p_image() -> None:
     assert {r.name for r in vision_ops} >= {"infercast::layer_norm", "infercast::gemm", "infercast::attention",
                                             "infercast::gelu"}
     attention = next(r for r in vision_ops if r.name == "infercast::attention")
-    assert attention.count == 27 and attention.args[3:7] == (1, PATCHES_1080P, PATCHES_1080P, False)
+    assert attention.count == 27
+    assert (attention["num_seqs"], attention["q_len"], attention["kv_len"], attention["causal"]) == (
+        1, PATCHES_1080P, PATCHES_1080P, False)
     assert attention.tensors()[0].shape == (PATCHES_1080P, 16 // 8, 72)  # 2 of 16 heads per TP8 rank
     assert vl.images["tokens_per_image"] == TOKENS_1080P == 2691
     assert vl.workload["query_length"] == 128 + TOKENS_1080P

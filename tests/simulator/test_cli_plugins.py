@@ -92,10 +92,10 @@ def test_a_plugin_adds_a_device(capsys) -> None:
     assert "H200" in registry.names()
 
 
-def test_devices_lists_every_builtin_with_calibration_sources(capsys) -> None:
+def test_devices_lists_every_builtin_with_efficiency_sources(capsys) -> None:
     rows = run_json(capsys, "devices")
     names = {row["name"] for row in rows}
     assert {"A100", "H100", "H200", "H20", "B200", "MI300X", "ATLAS_800_A3_560T_128G_DIE",
             "ATLAS_800_A3_752T_128G_DIE"} <= names
-    assert all(row["calibration"]["source"] for row in rows)
+    assert all(row["efficiency"]["source"] for row in rows)
     assert all(row["sources"] for row in rows)

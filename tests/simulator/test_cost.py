@@ -1,40 +1,67 @@
-"""Cost formulas against hand computations."""
+"""Cost formulas and the analytic model against hand computations."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 
-from infercast.cost import OpCost, attended_pairs, collective_time, cost_of, op_time, register_cost
+from infercast import analytic
+from infercast.cost import OpCost, attended_pairs, cost_of, register_cost
 from infercast.devices import BUILTIN_DEVICES
-from infercast.layers import expected_active_experts
+from infercast.routing import expected_active_experts, expected_destination_nodes, popularity, straggler
 from infercast.trace import OpRecord, TensorSpec
 
-H200 = next(d for d in BUILTIN_DEVICES if d.name == "H200")
+DEVICES = {d.name: d for d in BUILTIN_DEVICES}
+H200, H100, H20 = DEVICES["H200"], DEVICES["H100"], DEVICES["H20"]
 BF = torch.bfloat16
 
 
-def test_one_gemm() -> None:
-    record = OpRecord("infercast::gemm", (TensorSpec((4, 7168), BF), TensorSpec((2112, 7168), BF, "weight"), "bf16"),
-                      (TensorSpec((4, 2112), BF),), "x", 0)
-    cost = cost_of(record)
+def gemm_record(m: int, n: int, k: int, dtype: str = "bf16") -> OpRecord:
+    x, w, out = TensorSpec((m, k), BF), TensorSpec((n, k), BF, "weight"), TensorSpec((m, n), BF)
+    return OpRecord("infercast::gemm", (x, w, dtype), (out,), "x", 0, named={"x": x, "weight": w, "dtype": dtype})
+
+
+def test_small_gemm_is_memory_bound_plus_the_fixed_time() -> None:
+    cost = cost_of(gemm_record(4, 2112, 7168))
     assert cost.flops == 2 * 4 * 2112 * 7168
     assert cost.bytes == (4 * 7168 + 2112 * 7168 + 4 * 2112) * 2
-    t = op_time(cost, H200, 8)
-    memory_s = cost.bytes / (4.8e12 * 0.90)
-    compute_s = cost.flops / (989e12 * 0.81)
-    assert memory_s > compute_s
-    assert t.seconds == pytest.approx(memory_s + 4e-6)
+    t = analytic.kernel_time(cost, H200)
+    memory_s = cost.bytes / (4.8e12 * H200.efficiency.memory)
     assert t.bound == "memory"
+    assert t.seconds == pytest.approx(memory_s + H200.efficiency.kernel_fixed_s)
 
 
-def test_large_gemm_is_compute_bound_at_the_calibrated_efficiency() -> None:
+def test_large_gemm_runs_at_its_dtypes_efficiency() -> None:
     m = n = k = 8192
-    record = OpRecord("infercast::gemm", (TensorSpec((m, k), BF), TensorSpec((n, k), BF, "weight"), "bf16"),
-                      (TensorSpec((m, n), BF),), "x", 0)
-    t = op_time(cost_of(record), H200, 8)
-    assert t.bound == "compute"
-    assert t.seconds == pytest.approx(2 * m * n * k / (989e12 * 0.81) + 4e-6)
+    bf16 = analytic.kernel_time(cost_of(gemm_record(m, n, k)), H100)
+    fp8 = analytic.kernel_time(cost_of(gemm_record(m, n, k, "fp8_block")), H100)
+    assert bf16.bound == fp8.bound == "compute"
+    fixed = H100.efficiency.kernel_fixed_s
+    assert bf16.seconds == pytest.approx(2 * m * n * k / (989e12 * H100.efficiency.gemm["bf16"]) + fixed)
+    assert fp8.seconds == pytest.approx(2 * m * n * k / (1979e12 * H100.efficiency.gemm["fp8_block"]) + fixed)
+    # FP8 is not twice as fast as bf16: its tensor cores reach a lower share of their peak
+    assert 1.2 < bf16.seconds / fp8.seconds < 2.0
+
+
+def test_small_m_pays_for_padded_tensor_core_rows() -> None:
+    """A 100-row GEMM computes 128 rows (wgmma m64 twice) when compute-bound."""
+    padded = analytic.compute_seconds(cost_of(gemm_record(100, 8192, 8192)), H100)
+    full = analytic.compute_seconds(cost_of(gemm_record(128, 8192, 8192)), H100)
+    assert padded == pytest.approx(full)
+
+
+def test_fp4_weights_run_at_the_bf16_rate_where_there_are_no_fp4_tensor_cores() -> None:
+    assert H200.peak("fp4") == H200.peak("bf16")  # Hopper dequantises MXFP4
+    assert DEVICES["B200"].peak("fp4") == 9000e12
+    assert DEVICES["A100"].peak("fp8") == 312e12  # A100 has no FP8: weight-only at the bf16 rate
+
+
+def test_attention_uses_its_own_efficiency() -> None:
+    cost = OpCost(flops=1e12, kind="attention")
+    assert analytic.compute_seconds(cost, H20) == pytest.approx(1e12 / (148e12 * H20.efficiency.attention))
+    assert H20.efficiency.attention != H20.efficiency.gemm["bf16"]
 
 
 def test_attended_pairs() -> None:
@@ -50,25 +77,71 @@ def test_expected_active_experts() -> None:
     assert two == pytest.approx(384 * (1 - (1 - 8 / 384) ** 2))
     assert 8 < two < 16  # some overlap between two tokens
     assert expected_active_experts(256, 8, 10_000, 4) == pytest.approx(4)  # saturates at the local experts
+    # skewed routing concentrates tokens on fewer experts
+    assert expected_active_experts(256, 8, 64, 256, "power-law-1.2") < expected_active_experts(256, 8, 64, 256)
 
 
-def test_one_all_reduce_on_eight_gpus() -> None:
+def test_power_law_popularity_is_capped_and_the_busiest_rank_carries_more() -> None:
+    shares = popularity("power-law-1.2", 256, 8)
+    assert sum(shares) == pytest.approx(1.0)
+    assert max(shares) <= 1 / 8 + 1e-12
+    assert straggler("balanced", 256, 8, 64) == 1.0
+    assert straggler("power-law-1.2", 256, 8, 64) >= straggler("power-law-1.01", 256, 8, 64) > 1.0
+    assert straggler("power-law-1.2", 256, 2, 8) > straggler("power-law-1.01", 256, 2, 8) > 1.0  # uncapped
+
+
+def test_deepep_destination_nodes_by_hand() -> None:
+    # one node: every token stays home
+    assert expected_destination_nodes(256, 8, 1) == 1.0
+    # 2 nodes, 4 experts each, top-2, no groups: a node is missed with C(4, 2) / C(8, 2) = 6 / 28
+    assert expected_destination_nodes(8, 2, 2) == pytest.approx(2 * (1 - 6 / 28))
+    # DeepSeek-V3 on 8 nodes: 8 groups of 32 experts, one group per node; a token picks 4
+    # groups, then its 8 experts among their 128 experts: a chosen node is missed with
+    # C(96, 8) / C(128, 8), an unchosen one always
+    chosen_hit = 1 - math.comb(96, 8) / math.comb(128, 8)
+    assert expected_destination_nodes(256, 8, 8, 8, 4) == pytest.approx(4 * chosen_hit)
+    assert expected_destination_nodes(256, 8, 8, 8, 4) < expected_destination_nodes(256, 8, 8)
+
+
+def test_deepep_volume_against_a_hand_count() -> None:
+    tokens, hidden, k, experts = 256, 7168, 8, 256
+    fp8_token = hidden * 1 + hidden // 128 * 4  # FP8 values and one fp32 scale per 128
+    # low-latency mode over 4 nodes of 8: one copy per (token, expert); 3/4 of them leave the node
+    ll = analytic.deepep_volume(tokens=tokens, bytes_per_token=fp8_token, top_k=k, num_experts=experts, mode="ll",
+                                ep=32, scale_up_domain=8, destinations=0.0)
+    assert ll.scale_out_bytes == pytest.approx(tokens * k * 3 / 4 * fp8_token)
+    assert ll.scale_up_bytes == pytest.approx(tokens * k / 4 * fp8_token * 7 / 8)
+    # normal mode: once per remote destination node, then once per destination GPU over NVLink
+    reach = expected_destination_nodes(experts, k, 4, 8, 4)
+    normal = analytic.deepep_volume(tokens=tokens, bytes_per_token=fp8_token, top_k=k, num_experts=experts,
+                                    mode="normal", ep=32, scale_up_domain=8, destinations=reach)
+    assert normal.scale_out_bytes == pytest.approx(tokens * reach * 3 / 4 * fp8_token)
+    assert normal.scale_out_bytes < ll.scale_out_bytes  # the per-node copy saves scale-out bytes
+
+
+def test_one_all_reduce_inside_a_node() -> None:
     B = 7168 * 2  # one token's hidden state in bf16
-    cost = OpCost(collective="all_reduce", message_bytes=B, group_size=8)
-    bw = 450e9 * 0.80
-    ring = 2 * 7 * 3e-6 + 2 * 7 / 8 * B / bw
-    one_shot = 2 * 3e-6 + 7 * B / bw
-    two_shot = 4 * 3e-6 + 2 * 7 / 8 * B / bw
-    assert collective_time(cost, H200, 8).seconds == pytest.approx(min(ring, one_shot, two_shot) + 4e-6)
-    assert min(ring, one_shot, two_shot) == one_shot  # small messages: latency wins
-    assert collective_time(OpCost(collective="all_reduce", message_bytes=B, group_size=1), H200, 8).seconds == 0
+    cost = OpCost(kind="collective", collective="all_reduce", message_bytes=B, group_size=8)
+    w = 450e9 * H200.efficiency.link
+    expected = H200.efficiency.collective_floor_s + 2 * 7 / 8 * B / w
+    assert analytic.collective_time(cost, H200, 8).seconds == pytest.approx(expected)
+    one = OpCost(kind="collective", collective="all_reduce", message_bytes=B, group_size=1)
+    assert analytic.collective_time(one, H200, 8).seconds == 0
 
 
-def test_all_to_all_across_nodes_uses_the_slower_link() -> None:
-    B = 1e7
-    t = collective_time(OpCost(collective="all_to_all", message_bytes=B, group_size=16), H200, 8).seconds
-    inter = B * 8 / 16 / (50e9 * 0.8)
-    assert t == pytest.approx(10e-6 + inter + 4e-6)
+def test_cross_node_all_reduce_is_hierarchical() -> None:
+    """TP16 over two nodes of 8: reduce-scatter in the node, all-reduce of B/8 between the two
+    nodes (one tree hop each way), all-gather in the node."""
+    B = 7168 * 2
+    cost = OpCost(kind="collective", collective="all_reduce", message_bytes=B, group_size=16)
+    eff = H200.efficiency
+    w, out = 450e9 * eff.link, 50e9 * eff.scale_out
+    rs = eff.collective_floor_s + 7 / 8 * B / w
+    ag = eff.collective_floor_s + 7 * (B / 8) / w
+    inter = 2 * H200.scale_out_latency_s + 2 * 1 / 2 * (B / 8) / out
+    t = analytic.collective_time(cost, H200, 8).seconds
+    assert t == pytest.approx(rs + inter + ag)
+    assert t < 100e-6  # a 14 KB all-reduce across two nodes is tens of microseconds, not hundreds
 
 
 def test_registering_an_op_twice_is_an_error() -> None:
@@ -104,11 +177,13 @@ def test_one_mla_decode_layer_attention(kimi_layer_records) -> None:
 
 
 def test_one_moe_layer_reads_only_the_activated_experts(kimi_layer_records) -> None:
-    w13 = next(r for r in kimi_layer_records if r.name == "infercast::grouped_gemm" and "w13" in r.path)
-    cost = cost_of(w13)
+    moe = next(r for r in kimi_layer_records if r.name == "infercast::fused_moe")
+    cost = cost_of(moe)
     # One token activates exactly top-8 of 384 experts; TP8 splits each expert's 2048 columns.
-    per_expert = 2 * (2048 // 8) * 7168 * (0.5 + 2 / 32)  # INT4 weights + one bf16 scale per 32
+    inter = 2048 // 8
+    per_expert = 3 * inter * 7168 * (0.5 + 2 / 32)  # INT4 weights + one bf16 scale per 32
     rows = 8  # one token x top-8
-    activations = rows * 7168 * 2 + rows * 2 * (2048 // 8) * 2
+    activations = rows * 7168 * 2 * 2 + rows * 2 * inter * 2 * 1.5
     assert cost.bytes == pytest.approx(8 * per_expert + activations)
-    assert cost.flops == 2 * rows * 2 * (2048 // 8) * 7168
+    assert cost.flops == 2 * rows * 3 * inter * 7168
+    assert cost.kernels == 5 and cost.kernel_dtype == "w4a16"

@@ -85,7 +85,7 @@ def _cmd_simulate(args: argparse.Namespace, console: Console) -> int:
         num_mtp_tokens=args.num_mtp_tokens, two_batch_overlap=args.two_batch_overlap,
         num_hidden_layers_override=args.num_hidden_layers_override, trace_every_layer=args.trace_every_layer,
         super_node=args.super_node, image_batch_size=args.image_batch_size, image_height=args.image_height,
-        image_width=args.image_width, **speculative_fields(args),
+        image_width=args.image_width, **speculative_fields(args), **{f: getattr(args, f) for f in COST_MODEL_FLAGS},
     )
     result = simulate(user)
     if args.output_json:
@@ -211,6 +211,7 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
         input_length=args.input_length, output_length=args.output_length, ttft_slo_ms=args.ttft_slo_ms,
         tpot_slo_ms=args.tpot_slo_ms, quantizations=quants, batches=parse_int_list(args.batch_sizes, "--batch-sizes"),
         kv_cache_dtype=args.kv_cache_dtype, speculative=spec_user, spec_grid=grid,
+        **{f: getattr(args, f) for f in COST_MODEL_FLAGS},
     )
     planner = Planner(request)
     with Progress(TextColumn("sweeping"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -318,6 +319,27 @@ def _int(text: str) -> int:
     return value
 
 
+COST_MODEL_FLAGS = ("engine", "engine_version", "calibration", "cost_model", "expert_imbalance")
+
+
+def add_cost_model_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags that choose how operators are priced (shared by simulate and plan)."""
+    from infercast.engines import ENGINES
+    from infercast.routing import DISTRIBUTIONS
+
+    g = p.add_argument_group("cost model")
+    g.add_argument("--engine", default="sglang", type=str.lower, choices=list(ENGINES),
+                   help="serving engine: its kernels, CUDA graphs, host costs and measured tables (default sglang)")
+    g.add_argument("--engine-version", default=None, metavar="VERSION",
+                   help="the engine version whose measured tables to use (default: the newest with data)")
+    g.add_argument("--calibration", default=None, metavar="FILE",
+                   help="kernel tables measured on your hardware (JSON, docs/simulate.md): priced first")
+    g.add_argument("--cost-model", default="measured", choices=("measured", "analytic"),
+                   help="measured: tables where they exist, analytic elsewhere (default); analytic: roofline only")
+    g.add_argument("--expert-imbalance", default="balanced", choices=list(DISTRIBUTIONS),
+                   help="MoE routing skew (default balanced)")
+
+
 def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
     from infercast.quant import ACTIONS
     from infercast.simulate import DEFAULT_DEVICE, DEFAULT_MODEL
@@ -378,11 +400,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("simulate", help="simulate one serving step (default: Kimi-K2.5 on 8 x H200, TP8, decode)")
     add_simulate_arguments(p)
     add_speculative_arguments(p)
+    add_cost_model_arguments(p)
     p.set_defaults(handler=_cmd_simulate)
     p = sub.add_parser("plan", help="sweep layouts, batch sizes and speculative settings; Pareto frontier, plot, "
                                     "launch command")
     add_plan_arguments(p)
     add_speculative_arguments(p, grid=True)
+    add_cost_model_arguments(p)
     p.set_defaults(handler=_cmd_plan)
     return parser
 

@@ -1,8 +1,11 @@
-"""Per-operator cost formulas (one registry) and the roofline that turns them into time.
+"""Per-operator work: one registry of formulas from a recorded call to what it costs.
 
-A formula takes an :class:`~infercast.trace.OpRecord` and returns an :class:`OpCost`: flops
-and the dtype they run in, bytes moved through HBM, and for collectives the message size
-and group. :func:`op_time` prices a cost on a device.
+A formula takes an :class:`~infercast.trace.OpRecord` (arguments by name) and returns an
+:class:`OpCost`: flops and the dtype they run in, bytes moved through HBM, how many kernels
+the operator launches, its efficiency class (GEMM, attention or streaming), and for
+collectives the message and group. Time comes later, from the cost model stack
+(:mod:`infercast.costmodel`): a measured kernel table where one covers the operator, the
+analytic roofline (:mod:`infercast.analytic`) otherwise.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from typing import Callable
 
 import torch
 
-from infercast.devices import DeviceSpec
 from infercast.trace import OpRecord
 
 CostFormula = Callable[[OpRecord], "OpCost"]
@@ -21,18 +23,35 @@ _FORMULAS: dict[str, CostFormula] = {}
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
                torch.float8_e4m3fn: "fp8", torch.float8_e5m2: "fp8", torch.int8: "int8"}
 
+COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_block": "fp8", "int8": "int8", "w8a16": "bf16",
+                 "w4a16": "bf16", "w4a8": "int8", "mxfp4": "fp4", "mxfp4_w4a16": "bf16", "nvfp4": "fp4"}
+"""Kernel dtype -> the tensor-core dtype it computes in (weight-only kernels dequantise)."""
+
 
 @dataclass(frozen=True)
 class OpCost:
     flops: float = 0.0
     compute_dtype: str = "bf16"
     bytes: float = 0.0
+    kernel_dtype: str = ""
+    """The kernel family (``bf16``, ``fp8_block``, ``w4a16``, ...) for GEMMs."""
+    kind: str = "memory"
+    """Efficiency class: ``gemm``, ``attention``, ``memory`` (streaming kernels) or ``collective``."""
+    kernels: int = 1
+    """Kernels the operator launches (a fused MoE is several)."""
+    gemm_mnk: tuple[int, int, int] | None = None
+    """One GEMM's (m, n, k), for tile quantisation (per expert for grouped GEMMs)."""
+    gemm_count: float = 1.0
+    """GEMMs of that shape the operator runs (grouped GEMMs: one per active expert)."""
     collective: str | None = None
     """``all_reduce``, ``all_gather``, ``reduce_scatter`` or ``all_to_all``."""
     message_bytes: float = 0.0
     """For collectives: this rank's input buffer."""
     group_size: int = 1
     group: str = ""
+    a2a: dict | None = None
+    """For EP all-to-all: ``tokens``, ``hidden``, ``bytes_per_token``, ``top_k``,
+    ``num_experts``, ``mode``, ``destinations`` (see :func:`infercast.analytic.deepep_volume`)."""
 
 
 def register_cost(*names: str) -> Callable[[CostFormula], CostFormula]:
@@ -71,25 +90,21 @@ def _memory_bound(record: OpRecord) -> OpCost:
 
 @register_cost("infercast::gemm", "infercast::quant_gemm")
 def _gemm(record: OpRecord) -> OpCost:
-    x, weight = record.tensors()[:2]
-    out = record.outputs[0]
+    x, out = record["x"], record.outputs[0]
     k = x.shape[-1]
     m = x.numel // k
     n = out.shape[-1]
-    compute_dtype = record.args[-1]
-    return OpCost(flops=2.0 * m * n * k, compute_dtype=compute_dtype, bytes=_io_bytes(record))
+    return OpCost(flops=2.0 * m * n * k, compute_dtype=COMPUTE_DTYPE[record["dtype"]], bytes=_io_bytes(record),
+                  kernel_dtype=record["dtype"], kind="gemm", gemm_mnk=(m, n, k))
 
 
-@register_cost("infercast::grouped_gemm")
-def _grouped_gemm(record: OpRecord) -> OpCost:
-    x, weight, scale = record.tensors()[:3]
-    out = record.outputs[0]
-    active = float(record.args[4])
-    experts = weight.shape[0]
-    read_fraction = min(1.0, active / experts) if experts else 0.0
-    flops = 2.0 * x.shape[0] * out.shape[-1] * x.shape[-1]
-    weight_bytes = (weight.nbytes + scale.nbytes) * read_fraction
-    return OpCost(flops=flops, compute_dtype=record.args[-1], bytes=x.nbytes + out.nbytes + weight_bytes)
+@register_cost("infercast::mla_bmm")
+def _mla_bmm(record: OpRecord) -> OpCost:
+    x, w, out = record["x"], record["weight"], record.outputs[0]
+    heads, tokens, k = x.shape
+    n = w.shape[-1]
+    return OpCost(flops=2.0 * heads * tokens * k * n, compute_dtype=DTYPE_NAMES.get(x.dtype, "bf16"),
+                  bytes=_io_bytes(record), kind="gemm", gemm_mnk=(tokens, n, k), gemm_count=heads)
 
 
 @register_cost("aten::bmm", "aten::mm")
@@ -97,8 +112,34 @@ def _bmm(record: OpRecord) -> OpCost:
     a, b = record.tensors()[:2]
     out = record.outputs[0]
     k = a.shape[-1]
-    flops = 2.0 * out.numel * k
-    return OpCost(flops=flops, compute_dtype=DTYPE_NAMES.get(a.dtype, "bf16"), bytes=_io_bytes(record))
+    return OpCost(flops=2.0 * out.numel * k, compute_dtype=DTYPE_NAMES.get(a.dtype, "bf16"), bytes=_io_bytes(record),
+                  kind="gemm")
+
+
+@register_cost("infercast::fused_moe")
+def _fused_moe(record: OpRecord) -> OpCost:
+    """Routing, two grouped GEMMs and the activation over ``routed_rows`` rows on the busiest
+    rank (rows x straggler), reading the weights of the experts the batch activates."""
+    x, w13, s13, w2, s2 = (record[n] for n in ("x", "w13", "w13_scale", "w2", "w2_scale"))
+    local = record["local_experts"]
+    rows = record["routed_rows"] * record["straggler"]
+    active = float(record["active_experts"])
+    hidden = x.shape[-1]
+    inter2 = w13.shape[1]  # gate + up columns on this rank
+    flops = 2.0 * rows * hidden * inter2 + 2.0 * rows * (inter2 // 2) * hidden
+    read_fraction = min(1.0, record["active_experts"] / local) if local else 0.0
+    weights = (w13.nbytes + s13.nbytes + w2.nbytes + s2.nbytes) * read_fraction
+    act_bytes = 2  # bf16 activations inside the expert kernels
+    activations = rows * hidden * act_bytes * 2 + rows * inter2 * act_bytes * 1.5
+    per_expert_rows = max(1, round(rows / active)) if active else 1
+    return OpCost(flops=flops, compute_dtype=COMPUTE_DTYPE[record["dtype"]], bytes=weights + activations, kind="gemm",
+                  kernel_dtype=record["dtype"], kernels=5, gemm_mnk=(per_expert_rows, inter2, hidden), gemm_count=active)
+
+
+@register_cost("infercast::quantize_activation")
+def _quantize(record: OpRecord) -> OpCost:
+    x = record["x"]
+    return OpCost(flops=x.numel, bytes=x.nbytes + x.numel + x.numel / 32, kind="memory")
 
 
 # -- attention ---------------------------------------------------------------------------
@@ -115,29 +156,44 @@ def attended_pairs(num_seqs: int, q_len: int, kv_len: int, causal: bool) -> floa
 
 @register_cost("infercast::attention")
 def _attention(record: OpRecord) -> OpCost:
-    q, k_cache, v_cache = record.tensors()[:3]
-    num_seqs, q_len, kv_len, causal = record.args[3:7]
+    q, k_cache, v_cache = record["q"], record["k_cache"], record["v_cache"]
     heads, qk_dim, v_dim = q.shape[1], q.shape[2], v_cache.shape[-1]
-    pairs = attended_pairs(num_seqs, q_len, kv_len, causal)
+    pairs = attended_pairs(record["num_seqs"], record["q_len"], record["kv_len"], record["causal"])
     flops = 2.0 * heads * pairs * (qk_dim + v_dim)
     kv_bytes = k_cache.nbytes + (v_cache.nbytes if v_cache is not k_cache else k_cache.nbytes)
-    return OpCost(flops=flops, compute_dtype="bf16", bytes=q.nbytes + record.outputs[0].nbytes + kv_bytes)
+    return OpCost(flops=flops, compute_dtype="bf16", bytes=q.nbytes + record.outputs[0].nbytes + kv_bytes,
+                  kind="attention")
+
+
+@register_cost("infercast::mla_prefill_attention")
+def _mla_prefill(record: OpRecord) -> OpCost:
+    q, k, v = record["q"], record["k"], record["v"]
+    heads, qk_dim, v_dim = q.shape[1], q.shape[2], v.shape[-1]
+    pairs = attended_pairs(record["num_seqs"], record["q_len"], record["kv_len"], True)
+    return OpCost(flops=2.0 * heads * pairs * (qk_dim + v_dim), compute_dtype="bf16",
+                  bytes=q.nbytes + k.nbytes + v.nbytes + record.outputs[0].nbytes, kind="attention")
 
 
 @register_cost("infercast::mla_attention")
 def _mla_attention(record: OpRecord) -> OpCost:
-    q, cache = record.tensors()[:2]
-    num_seqs, q_len, kv_len, v_dim = record.args[2:6]
+    q, cache = record["q"], record["latent_cache"]
     heads, qk_dim = q.shape[1], q.shape[2]
-    pairs = attended_pairs(num_seqs, q_len, kv_len, True)
-    flops = 2.0 * heads * pairs * (qk_dim + v_dim)
-    return OpCost(flops=flops, compute_dtype="bf16", bytes=q.nbytes + record.outputs[0].nbytes + cache.nbytes)
+    pairs = attended_pairs(record["num_seqs"], record["q_len"], record["kv_len"], True)
+    flops = 2.0 * heads * pairs * (qk_dim + record["v_head_dim"])
+    return OpCost(flops=flops, compute_dtype="bf16", bytes=q.nbytes + record.outputs[0].nbytes + cache.nbytes,
+                  kind="attention")
+
+
+@register_cost("infercast::embedding")
+def _embedding(record: OpRecord) -> OpCost:
+    """A gather: the ids in, and only the looked-up rows read and written."""
+    out = record.outputs[0]
+    return OpCost(bytes=record["ids"].nbytes + 2.0 * out.nbytes)
 
 
 @register_cost("infercast::kv_cache_write")
 def _kv_cache_write(record: OpRecord) -> OpCost:
-    (new,) = record.tensors()[:1]
-    return OpCost(bytes=2.0 * new.nbytes)
+    return OpCost(bytes=2.0 * record["new"].nbytes)
 
 
 # -- collectives -------------------------------------------------------------------------
@@ -145,89 +201,30 @@ def _kv_cache_write(record: OpRecord) -> OpCost:
 
 def _collective(kind: str) -> CostFormula:
     def formula(record: OpRecord) -> OpCost:
-        x = record.tensors()[0]
-        if kind == "all_to_all":
-            group_size, group = record.args[2], record.args[3]
-        else:
-            group_size, group = record.args[1], record.args[2]
-        return OpCost(collective=kind, message_bytes=float(x.nbytes), group_size=int(group_size), group=str(group))
+        x = record["x"]
+        return OpCost(kind="collective", collective=kind, message_bytes=float(x.nbytes),
+                      group_size=int(record["group_size"]), group=str(record["group"]))
 
     formula.__qualname__ = f"collective_{kind}"
     return formula
 
 
-for _kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+for _kind in ("all_reduce", "all_gather", "reduce_scatter"):
     register_cost(f"infercast::{_kind}")(_collective(_kind))
 
 
-# -- time --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Timed:
-    seconds: float
-    bound: str
-    """``compute``, ``memory``, ``communication`` or ``latency`` (fixed costs dominate)."""
-
-
-def op_time(cost: OpCost, device: DeviceSpec, scale_up_domain: int) -> Timed:
-    """Roofline with fixed per-kernel cost.
-
-    Compute time = flops / (peak(dtype) x gemm_efficiency); memory time = bytes /
-    (HBM bandwidth x memory_efficiency); a kernel takes the larger of the two plus the
-    device's fixed per-kernel time, and is ``latency`` bound when that fixed time exceeds
-    the roofline time. Collectives go to :func:`collective_time`.
-    """
-    cal = device.calibration
-    if cost.collective is not None:
-        return collective_time(cost, device, scale_up_domain)
-    compute = cost.flops / (device.peak(cost.compute_dtype) * cal.gemm_efficiency) if cost.flops else 0.0
-    memory = cost.bytes / (device.hbm_bandwidth_bytes_per_s * cal.memory_efficiency)
-    roof = max(compute, memory)
-    bound = "latency" if cal.kernel_fixed_s > roof else ("compute" if compute >= memory else "memory")
-    return Timed(roof + cal.kernel_fixed_s, bound)
-
-
-def collective_time(cost: OpCost, device: DeviceSpec, scale_up_domain: int) -> Timed:
-    """Time of one collective over ``group_size`` ranks.
-
-    With B this rank's buffer, n ranks, per-step latency a and link bandwidth w (scale-up
-    inside the domain, scale-out when the group spans domains):
-
-    - all-reduce: the best of ring, 2(n-1)a + 2(n-1)/n B/w, and, inside one domain,
-      one-shot, 2a + (n-1)B/w (every rank reads every peer), and two-shot, 4a + 2(n-1)/n B/w;
-    - all-gather: (n-1)a + (n-1)B/w, or 2a + (n-1)B/w directly through the switch;
-      reduce-scatter: the same with (n-1)/n B;
-    - all-to-all: a + the off-rank share of B over the link it crosses; when the group spans
-      domains, the intra- and inter-domain shares move in parallel and the slower one counts.
-
-    Every collective also pays the device's fixed per-kernel time.
-    """
-    n = cost.group_size
-    cal = device.calibration
-    if n <= 1:
-        return Timed(0.0, "communication")
-    spans = n > scale_up_domain
-    bw_up = device.scale_up_bandwidth_bytes_per_s * cal.link_efficiency
-    bw_out = device.scale_out_bandwidth_bytes_per_s * cal.link_efficiency
-    bw, lat = (bw_out, device.scale_out_latency_s) if spans else (bw_up, device.scale_up_latency_s)
-    B = cost.message_bytes
-    if cost.collective == "all_reduce":
-        options = [2 * (n - 1) * lat + 2 * (n - 1) / n * B / bw]
-        if not spans:
-            options += [2 * lat + (n - 1) * B / bw, 4 * lat + 2 * (n - 1) / n * B / bw]
-        t = min(options)
-    elif cost.collective == "all_gather":
-        t = min((n - 1) * lat, 2 * lat) + (n - 1) * B / bw
-    elif cost.collective == "reduce_scatter":
-        t = min((n - 1) * lat, 2 * lat) + (n - 1) / n * B / bw
-    elif cost.collective == "all_to_all":
-        if spans:
-            intra = B * (scale_up_domain - 1) / n / bw_up
-            inter = B * (n - scale_up_domain) / n / bw_out
-            t = device.scale_out_latency_s + max(intra, inter)
-        else:
-            t = lat + B * (n - 1) / n / bw_up
-    else:  # pragma: no cover - registry only produces the four kinds
-        raise ValueError(cost.collective)
-    return Timed(t + cal.kernel_fixed_s, "communication")
+@register_cost("infercast::all_to_all")
+def _all_to_all(record: OpRecord) -> OpCost:
+    """EP dispatch or combine: ``x`` holds what this rank sends (FP8 tokens, with one fp32
+    scale per 128 values, for dispatch; bf16 expert outputs for combine)."""
+    x = record["x"]
+    phase = record["phase"]
+    hidden = x.shape[-1]
+    element = x.dtype.itemsize
+    per_token = hidden * element + (hidden // 128 * 4 if element == 1 else 0)
+    tokens = x.shape[0] if phase == "dispatch" else record["out_rows"]
+    a2a = {"tokens": tokens, "hidden": hidden, "bytes_per_token": per_token, "top_k": record["top_k"],
+           "num_experts": record["num_experts"], "mode": record["mode"], "phase": phase,
+           "destinations": record["destinations"]}
+    return OpCost(kind="collective", collective="all_to_all", message_bytes=float(tokens * per_token),
+                  group_size=int(record["group_size"]), group=str(record["group"]), a2a=a2a)

@@ -20,37 +20,75 @@ T = 1e12
 
 
 @dataclass(frozen=True)
-class Calibration:
-    """Efficiencies and fixed costs that no data sheet gives, with how each was obtained."""
+class Efficiency:
+    """What the analytic model assumes a device achieves, each figure measured somewhere.
 
-    gemm_efficiency: float
-    """Achieved / peak tensor throughput on large GEMMs."""
-    memory_efficiency: float
-    """Achieved / peak HBM bandwidth on streaming kernels."""
+    For devices with aiconfigurator-core tables the figures are derived from those tables by
+    ``benchmarks/derive_device_constants.py`` (medians over large shapes; a least-squares line
+    through pure weight streams for memory); ``source`` says where each came from.
+    """
+
+    gemm: Mapping[str, float]
+    """Achieved / peak on large GEMMs, by kernel dtype (``bf16``, ``fp8``, ``fp8_block``,
+    ``int8``, ``fp4``); a dtype not listed uses its compute dtype's entry, then ``bf16``'s."""
+    attention: float
+    """Achieved / bf16 peak of causal flash attention over long prompts."""
+    memory: float
+    """Achieved / peak HBM bandwidth of a streaming kernel (the slope, fixed time apart)."""
     kernel_fixed_s: float
-    """Time every kernel costs on top of its roofline time (launch gap + ramp-up and tail)."""
-    link_efficiency: float
-    """Achieved / peak scale-up link bandwidth for large collectives."""
+    """Time a kernel costs on top of its roofline time (launch ramp-up and tail)."""
+    link: float
+    """Achieved bus bandwidth / peak scale-up link bandwidth of large all-reduces."""
+    scale_out: float
+    """Achieved / peak scale-out (RDMA) bandwidth of large transfers."""
+    collective_floor_s: float
+    """The smallest all-reduce inside the scale-up domain."""
     source: str
 
+    def gemm_efficiency(self, kernel_dtype: str, compute_dtype: str) -> float:
+        return self.gemm.get(kernel_dtype) or self.gemm.get(compute_dtype) or self.gemm["bf16"]
 
-HOPPER_CALIBRATION = Calibration(
-    gemm_efficiency=0.81,
-    memory_efficiency=0.90,
-    kernel_fixed_s=4e-6,
-    link_efficiency=0.80,
-    source=(
-        "gemm 0.81: an 8192^3 bf16 matmul ran at 798 TFLOP/s of 989 on an H100 SXM (769-798 on H200); "
-        "memory 0.90: device-to-device copy moved 3.0 TB/s of 3.35 on H100 and 4.3 of 4.8 on H200 "
-        "(PyTorch 2.11, shared/reference/devices.md). kernel 4 us: an engineering estimate, ~1 us "
-        "inter-kernel gap under CUDA graphs plus ~3 us minimum duration of a small kernel; not fitted "
-        "to any reference point. link 0.80: typical NCCL bus bandwidth / NVLink peak, an estimate."
-    ),
+
+AIC = "aiconfigurator-core 0.12.0 tables ({system}, sglang {version}), derived by benchmarks/derive_device_constants.py"
+
+HOPPER_H100 = Efficiency(
+    gemm={"bf16": 0.724, "fp8": 0.514, "fp8_block": 0.619, "int8": 0.514}, attention=0.575, memory=0.858,
+    kernel_fixed_s=3.86e-6, link=1.04, scale_out=0.8, collective_floor_s=4.82e-6,
+    source=AIC.format(system="h100_sxm", version="0.5.14") + "; int8 assumed at the fp8 rate (same tensor-core "
+    "peak on sm_90, no int8 table); link above 1: NVLink SHARP reduces in the switch",
 )
-
-ASSUMED_FROM_HOPPER = replace(
-    HOPPER_CALIBRATION,
-    source="not measured on this device: the Hopper calibration is assumed. " + HOPPER_CALIBRATION.source,
+HOPPER_H200 = Efficiency(
+    gemm={"bf16": 0.693, "fp8": 0.560, "fp8_block": 0.606, "int8": 0.560}, attention=0.559, memory=0.845,
+    kernel_fixed_s=3.32e-6, link=1.038, scale_out=0.8, collective_floor_s=3.47e-6,
+    source=AIC.format(system="h200_sxm", version="0.5.14") + "; int8 assumed at the fp8 rate (same tensor-core "
+    "peak on sm_90, no int8 table); link above 1: NVLink SHARP reduces in the switch",
+)
+AMPERE_A100 = Efficiency(
+    gemm={"bf16": 0.794}, attention=0.638, memory=0.798, kernel_fixed_s=9.89e-6, link=0.758,
+    scale_out=0.8, collective_floor_s=5.79e-6,
+    source=AIC.format(system="a100_sxm", version="0.5.10") + "; int8 has no table and uses the bf16 figure",
+)
+BLACKWELL_B200 = Efficiency(
+    gemm={"bf16": 0.651, "fp8": 0.476, "fp8_block": 0.570}, attention=0.513, memory=0.785, kernel_fixed_s=3.61e-6,
+    link=0.802, scale_out=0.8, collective_floor_s=7.00e-6,
+    source=AIC.format(system="b200_sxm", version="0.5.14") + "; fp4 has no table and uses the bf16 figure",
+)
+MI300X_UNMEASURED = Efficiency(
+    gemm={"bf16": 0.5}, attention=0.5, memory=0.8, kernel_fixed_s=4e-6, link=0.7, scale_out=0.8, collective_floor_s=10e-6,
+    source="PLACEHOLDER",
+)
+ASCEND_UNMEASURED = Efficiency(
+    gemm={"bf16": 0.5}, attention=0.5, memory=0.8, kernel_fixed_s=4e-6, link=0.7, scale_out=0.8, collective_floor_s=10e-6,
+    source="PLACEHOLDER",
+)
+H20_CAPPED = replace(
+    HOPPER_H100, gemm={"bf16": 0.85, "fp8": 0.85, "fp8_block": 0.85, "int8": 0.85}, attention=0.73,
+    source="H20 has no measured tables. Attention: FlashAttention-3 forward on an H20 (head dim 128, 2,048 tokens, "
+    "batch 2) ran at 107.8 TFLOP/s causal = 0.73 of 148 and 126.2 non-causal = 0.85 (Dao-AILab/flash-attention "
+    "issue #1310). GEMMs: no H20 GEMM measurement was found; the H20's tensor rate is capped far below what its "
+    "78 sm_90 SMs can issue, so GEMMs are assumed to reach it as readily as the non-causal attention kernel does "
+    "(0.85, every dtype). Memory, fixed costs and links: the H100 figures (same sm_90 kernels), from "
+    + HOPPER_H100.source,
 )
 
 
@@ -71,16 +109,21 @@ class DeviceSpec:
     """Per device, one direction, between nodes (e.g. 400 Gb/s InfiniBand = 50 GB/s)."""
     scale_out_latency_s: float
     devices_per_node: int
-    calibration: Calibration
+    efficiency: Efficiency
     sources: Mapping[str, str] = field(default_factory=dict)
+    kernel_tables: str | None = None
+    """aiconfigurator-core's system name for this device's measured kernel tables, if it has any."""
+    sm_count: int | None = None
+    """Streaming multiprocessors (GEMM waves are quantised to them), from the vendor's data sheet."""
     super_node_size: int | None = None
     """Devices in one scale-up domain beyond a node (Ascend CloudMatrix384), when enabled."""
     aliases: tuple[str, ...] = ()
 
     def peak(self, dtype: str) -> float:
-        """Peak for a compute dtype, falling back to the nearest wider type the device has
-        (a W4A8 GEMM on a device without int8 peaks runs at its fp8 or bf16 rate)."""
-        fallbacks = {"fp4": ("fp4", "fp8", "int8", "bf16"), "fp8": ("fp8", "bf16"), "int8": ("int8", "fp8", "bf16"),
+        """Peak for a compute dtype, falling back to what the device runs it in without that
+        tensor-core type: FP4 and FP8 weights are dequantised to bf16 (Hopper has no FP4
+        tensor cores, A100 no FP8), int8 runs at the fp8 rate where only that is published."""
+        fallbacks = {"fp4": ("fp4", "bf16"), "fp8": ("fp8", "bf16"), "int8": ("int8", "fp8", "bf16"),
                      "fp16": ("fp16", "bf16"), "bf16": ("bf16", "fp16")}
         for candidate in fallbacks.get(dtype, (dtype,)):
             if candidate in self.peak_flops_per_s:
@@ -100,12 +143,16 @@ class DeviceSpec:
             "scale_out_bandwidth_gb_per_s": self.scale_out_bandwidth_bytes_per_s / GB,
             "devices_per_node": self.devices_per_node,
             "super_node_size": self.super_node_size,
-            "calibration": {
-                "gemm_efficiency": self.calibration.gemm_efficiency,
-                "memory_efficiency": self.calibration.memory_efficiency,
-                "kernel_fixed_us": self.calibration.kernel_fixed_s * 1e6,
-                "link_efficiency": self.calibration.link_efficiency,
-                "source": self.calibration.source,
+            "sm_count": self.sm_count,
+            "kernel_tables": self.kernel_tables,
+            "efficiency": {
+                "gemm": dict(self.efficiency.gemm),
+                "attention": self.efficiency.attention,
+                "memory": self.efficiency.memory,
+                "kernel_fixed_us": self.efficiency.kernel_fixed_s * 1e6,
+                "link": self.efficiency.link,
+                "collective_floor_us": self.efficiency.collective_floor_s * 1e6,
+                "source": self.efficiency.source,
             },
             "sources": dict(self.sources),
         }
@@ -121,7 +168,7 @@ BUILTIN_DEVICES: tuple[DeviceSpec, ...] = (
         memory_bytes=80 * GB, hbm_bandwidth_bytes_per_s=2.04 * TB,
         scale_up_bandwidth_bytes_per_s=300 * GB, scale_up_latency_s=3e-6,
         scale_out_bandwidth_bytes_per_s=200e9 / 8, scale_out_latency_s=10e-6,
-        devices_per_node=8, calibration=ASSUMED_FROM_HOPPER,
+        kernel_tables='a100_sxm', sm_count=108, devices_per_node=8, efficiency=AMPERE_A100,
         sources={"peaks, memory, NVLink3": NVIDIA_SPEC, "scale-out": "200 Gb/s HDR per GPU, typical DGX A100"},
     ),
     DeviceSpec(
@@ -130,7 +177,7 @@ BUILTIN_DEVICES: tuple[DeviceSpec, ...] = (
         memory_bytes=80 * GB, hbm_bandwidth_bytes_per_s=3.35 * TB,
         scale_up_bandwidth_bytes_per_s=450 * GB, scale_up_latency_s=3e-6,
         scale_out_bandwidth_bytes_per_s=IB_400G, scale_out_latency_s=10e-6,
-        devices_per_node=8, calibration=HOPPER_CALIBRATION,
+        kernel_tables='h100_sxm', sm_count=132, devices_per_node=8, efficiency=HOPPER_H100,
         sources={"peaks, memory, NVLink4": NVIDIA_SPEC, "scale-out": "400 Gb/s per GPU typical"},
     ),
     DeviceSpec(
@@ -139,7 +186,7 @@ BUILTIN_DEVICES: tuple[DeviceSpec, ...] = (
         memory_bytes=141 * GB, hbm_bandwidth_bytes_per_s=4.8 * TB,
         scale_up_bandwidth_bytes_per_s=450 * GB, scale_up_latency_s=3e-6,
         scale_out_bandwidth_bytes_per_s=IB_400G, scale_out_latency_s=10e-6,
-        devices_per_node=8, calibration=HOPPER_CALIBRATION,
+        kernel_tables='h200_sxm', sm_count=132, devices_per_node=8, efficiency=HOPPER_H200,
         sources={"peaks, memory, NVLink4": NVIDIA_SPEC, "scale-out": "400 Gb/s per GPU typical"},
     ),
     DeviceSpec(
@@ -148,7 +195,7 @@ BUILTIN_DEVICES: tuple[DeviceSpec, ...] = (
         memory_bytes=96 * GB, hbm_bandwidth_bytes_per_s=4.0 * TB,
         scale_up_bandwidth_bytes_per_s=450 * GB, scale_up_latency_s=3e-6,
         scale_out_bandwidth_bytes_per_s=IB_400G, scale_out_latency_s=10e-6,
-        devices_per_node=8, calibration=ASSUMED_FROM_HOPPER,
+        sm_count=78, devices_per_node=8, efficiency=H20_CAPPED,
         sources={"peaks, memory, NVLink": NVIDIA_SPEC, "scale-out": "400 Gb/s per GPU typical"},
     ),
     DeviceSpec(
@@ -157,7 +204,7 @@ BUILTIN_DEVICES: tuple[DeviceSpec, ...] = (
         memory_bytes=180 * GB, hbm_bandwidth_bytes_per_s=8 * TB,
         scale_up_bandwidth_bytes_per_s=900 * GB, scale_up_latency_s=3e-6,
         scale_out_bandwidth_bytes_per_s=IB_400G, scale_out_latency_s=10e-6,
-        devices_per_node=8, calibration=ASSUMED_FROM_HOPPER,
+        kernel_tables='b200_sxm', sm_count=148, devices_per_node=8, efficiency=BLACKWELL_B200,
         sources={"peaks, memory, NVLink5": NVIDIA_SPEC, "scale-out": "400 Gb/s per GPU typical"},
     ),
     DeviceSpec(
@@ -166,7 +213,7 @@ BUILTIN_DEVICES: tuple[DeviceSpec, ...] = (
         memory_bytes=192 * GB, hbm_bandwidth_bytes_per_s=5.3 * TB,
         scale_up_bandwidth_bytes_per_s=448 * GB, scale_up_latency_s=3e-6,
         scale_out_bandwidth_bytes_per_s=IB_400G, scale_out_latency_s=10e-6,
-        devices_per_node=8, calibration=ASSUMED_FROM_HOPPER,
+        devices_per_node=8, efficiency=MI300X_UNMEASURED,
         sources={"peaks, memory, Infinity Fabric (aggregate)": "AMD data sheet, via shared/reference/devices.md"},
     ),
     DeviceSpec(
@@ -175,7 +222,7 @@ BUILTIN_DEVICES: tuple[DeviceSpec, ...] = (
         memory_bytes=64 * GIB, hbm_bandwidth_bytes_per_s=1.6 * TIB,
         scale_up_bandwidth_bytes_per_s=196 * GB, scale_up_latency_s=5e-6,
         scale_out_bandwidth_bytes_per_s=IB_400G, scale_out_latency_s=15e-6,
-        devices_per_node=16, super_node_size=384, calibration=ASSUMED_FROM_HOPPER,
+        devices_per_node=16, super_node_size=384, efficiency=ASCEND_UNMEASURED,
         sources={"peaks, memory, HCCS": "Huawei Atlas 800 A3 figures per die, via shared/reference/devices.md",
                  "node": "8 two-die chips = 16 dies per server; CloudMatrix384 super-node: 384 NPUs"},
     ),
@@ -185,7 +232,7 @@ BUILTIN_DEVICES: tuple[DeviceSpec, ...] = (
         memory_bytes=64 * GIB, hbm_bandwidth_bytes_per_s=1.6 * TIB,
         scale_up_bandwidth_bytes_per_s=196 * GB, scale_up_latency_s=5e-6,
         scale_out_bandwidth_bytes_per_s=IB_400G, scale_out_latency_s=15e-6,
-        devices_per_node=16, super_node_size=384, calibration=ASSUMED_FROM_HOPPER,
+        devices_per_node=16, super_node_size=384, efficiency=ASCEND_UNMEASURED,
         sources={"peaks, memory, HCCS": "Huawei Atlas 800 A3 figures per die, via shared/reference/devices.md",
                  "node": "8 two-die chips = 16 dies per server; CloudMatrix384 super-node: 384 NPUs"},
     ),

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from infercast import ops  # noqa: F401  (registers torch.ops.infercast)
+from infercast import routing
 from infercast.parallel import Parallel, Workload
 from infercast.quant import BF16, QuantPlan, QuantScheme
 
@@ -38,6 +39,8 @@ class SimContext:
     workload: Workload
     quant: QuantPlan
     kv_cache_dtype: torch.dtype = torch.bfloat16
+    expert_imbalance: str = "balanced"
+    """Routing distribution over experts (:mod:`infercast.routing`)."""
 
     @contextlib.contextmanager
     def using(self, workload: Workload) -> Iterator[None]:
@@ -124,12 +127,11 @@ class SimLinear(SimModule):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         scheme = self.scheme
         if scheme.weight_bits == 16:
-            return OPS.gemm(x, self.weights["weight"], scheme.compute_dtype)
+            return OPS.gemm(x, self.weights["weight"], scheme.kernel_dtype)
         if scheme.dynamic_activation:
             OPS.quantize_activation(x, scheme.compute_dtype)
         weight = self.weights["weight_packed"] if scheme.packed else self.weights["weight"]
-        return OPS.quant_gemm(x, weight, self.weights["weight_scale"], self.out_features, scheme.weight_bits,
-                              scheme.compute_dtype)
+        return OPS.quant_gemm(x, weight, self.weights["weight_scale"], self.out_features, scheme.kernel_dtype)
 
 
 class SimRMSNorm(SimModule):
@@ -256,18 +258,18 @@ class SimMLAAttention(SimModule):
         OPS.kv_cache_write(latent, str(ctx.kv_cache_dtype))
         requests, kv_len = ctx.requests, ctx.workload.kv_length
         if ctx.workload.decode:
-            q_absorbed = torch.bmm(q_nope.transpose(0, 1), self.w_kc)                 # [H, T, latent]
-            q_full = torch.cat([q_absorbed.transpose(0, 1), q_pe], -1)                 # [T, H, 576]
+            q_absorbed = OPS.mla_bmm(q_nope.transpose(0, 1), self.w_kc, "pre")                # [H, T, latent]
+            q_full = torch.cat([q_absorbed.transpose(0, 1), q_pe], -1)                          # [T, H, 576]
             cache = torch.empty(requests * kv_len, self.latent_width, dtype=ctx.kv_cache_dtype, device=META)
             out_latent = OPS.mla_attention(q_full, cache, requests, ctx.workload.query_length, kv_len, self.kv_lora_rank)
-            out = torch.bmm(out_latent.transpose(0, 1), self.w_vc).transpose(0, 1)     # [T, H, v]
+            out = OPS.mla_bmm(out_latent.transpose(0, 1), self.w_vc, "post").transpose(0, 1)   # [T, H, v]
         else:
             cached_latent = torch.empty(requests * kv_len, self.kv_lora_rank, dtype=ACT_DTYPE, device=META)
             kv = self.kv_b_proj(cached_latent).view(requests * kv_len, self.heads, self.nope + self.v_dim)
             k_nope, v = kv.split([self.nope, self.v_dim], -1)
             k = torch.cat([k_nope, k_pe.new_empty(requests * kv_len, 1, self.rope_dim).expand(-1, self.heads, -1)], -1)
             q_full = torch.cat([q_nope, q_pe], -1)
-            out = OPS.attention(q_full, k, v, requests, ctx.workload.query_length, kv_len, True)
+            out = OPS.mla_prefill_attention(q_full, k, v, requests, ctx.workload.query_length, kv_len)
         return self.o_proj(out.reshape(T, self.heads * self.v_dim))
 
 
@@ -279,25 +281,18 @@ class MoEShape:
     expert_intermediate_size: int
     shared_intermediate_size: int
     router: str
-
-
-def expected_active_experts(num_experts: int, top_k: int, routed_tokens: int, local_experts: int) -> float:
-    """Expected distinct local experts hit when ``routed_tokens`` tokens each pick ``top_k``
-    distinct experts uniformly (the balanced-routing assumption): a given expert is missed
-    by one token with probability 1 - k/E, by all of them with (1 - k/E)^T."""
-    if routed_tokens <= 0:
-        return 0.0
-    return local_experts * (1.0 - (1.0 - top_k / num_experts) ** routed_tokens)
+    n_group: int | None = None
+    """Expert groups of group-limited routing (DeepSeek-V3: 8), None without."""
+    topk_group: int | None = None
+    """Groups one token may route to (DeepSeek-V3: 4)."""
 
 
 class SimMoE(SimModule):
-    """Router, top-k routing, routed experts as grouped GEMMs (EP all-to-all when ``ep > 1``),
-    and shared experts.
+    """Router GEMM, the fused routed experts (EP dispatch and combine around them when
+    ``ep > 1``, as DeepEP runs them), and shared experts.
 
-    Routing assumption: balanced (every expert equally likely), stated in the report.
+    Routing follows ``ctx.expert_imbalance`` (balanced by default), stated in the report.
     """
-
-    routing_assumption = "balanced: each token picks top-k experts uniformly at random"
 
     def __init__(self, ctx: SimContext, shape: MoEShape) -> None:
         super().__init__()
@@ -316,32 +311,44 @@ class SimMoE(SimModule):
             shared_tp = p.tp if (p.ep == 1 or p.shared_expert_tp) else 1
             self.shared_experts = SimMLP(shape.hidden_size, shape.shared_intermediate_size, ctx.quant.dense, shared_tp)
 
-    def routed_tokens_seen(self, tokens: int) -> int:
-        """Tokens whose routing decides which of this rank's experts are read."""
-        return tokens * self.ctx.parallel.ep if self.ctx.parallel.ep > 1 else tokens
+    @property
+    def routing_assumption(self) -> str:
+        return routing.describe(self.ctx.expert_imbalance)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        p, s = self.ctx.parallel, self.shape
+        p, s, ctx = self.ctx.parallel, self.shape, self.ctx
+        tokens = x
         T = x.shape[0]
-        weights, ids = OPS.moe_route(self.gate(x), s.top_k, s.router)
-        rows = T * s.top_k  # (token, expert) pairs this rank sends; balanced EP receives as many
-        active = expected_active_experts(s.num_experts, s.top_k, self.routed_tokens_seen(T), self.local_experts)
-        routed = x.new_empty(rows, s.hidden_size)
+        self.gate(tokens)
+        slots = s.num_experts + p.redundant_experts
+        group_tokens = T * p.ep  # EP: every rank's tokens reach the expert group; TP: replicated
+        rows = group_tokens * s.top_k * self.local_experts / slots if p.ep > 1 else T * s.top_k
+        imbalance = ctx.expert_imbalance
+        active = routing.expected_active_experts(s.num_experts, s.top_k, group_tokens, self.local_experts, imbalance)
+        straggler = routing.straggler(imbalance, s.num_experts, s.top_k, p.ep)
+        scheme = ctx.quant.routed_experts
+        received = math.ceil(rows * straggler)
         if p.ep > 1:
-            routed = OPS.all_to_all(routed, rows, p.ep, "ep", "dispatch")
-        h = self.w13(routed, active)
-        h = self.w2(OPS.silu_and_mul(h), active)
+            mode = "ll" if ctx.workload.decode else "normal"
+            nodes = max(1, p.ep // p.scale_up_domain)
+            reach = routing.expected_destination_nodes(s.num_experts, s.top_k, nodes, s.n_group, s.topk_group)
+            sent = x.new_empty(T, s.hidden_size, dtype=torch.float8_e4m3fn)  # DeepEP dispatches FP8
+            x = OPS.all_to_all(sent, received, p.ep, "ep", "dispatch", mode, s.top_k, s.num_experts, reach)
+        h = OPS.fused_moe(x, self.w13.weights["weight_packed"], self.w13.weights["weight_scale"],
+                          self.w2.weights["weight_packed"], self.w2.weights["weight_scale"], group_tokens if p.ep > 1 else T,
+                          s.top_k, s.num_experts, self.local_experts, float(rows), float(active), float(straggler),
+                          p.moe_tp, scheme.kernel_dtype, routing.DISTRIBUTIONS[imbalance])
         if p.ep > 1:
-            h = OPS.all_to_all(h, rows, p.ep, "ep", "combine")
+            h = OPS.all_to_all(h, T, p.ep, "ep", "combine", mode, s.top_k, s.num_experts, reach)
             if p.moe_tp > 1:
                 h = OPS.all_reduce(h, p.moe_tp, "moe_tp")
-        out = OPS.moe_combine(h, T, s.top_k)
+        out = h
         if self.shared_experts is not None:
             if p.ep > 1 and p.shared_expert_tp and p.tp > 1:
-                gathered = OPS.all_gather(x, p.tp, "attn_tp")
+                gathered = OPS.all_gather(tokens, p.tp, "attn_tp")
                 shared = OPS.reduce_scatter(self.shared_experts(gathered), p.tp, "attn_tp")
             else:
-                shared = self.shared_experts(x)
+                shared = self.shared_experts(tokens)
             out = out + shared
         return out
 
@@ -364,12 +371,6 @@ class _ExpertWeights(SimModule):
         else:
             self.weight("weight_packed", (experts, out_features, in_features))
             self.weight("weight_scale", (experts, 0, 0))
-
-    def forward(self, x: torch.Tensor, active_experts: float) -> torch.Tensor:
-        if self.scheme.dynamic_activation:
-            OPS.quantize_activation(x, self.scheme.compute_dtype)
-        return OPS.grouped_gemm(x, self.weights["weight_packed"], self.weights["weight_scale"], self.out_features,
-                                float(active_experts), self.scheme.weight_bits, self.scheme.compute_dtype)
 
 
 class SimDecoderLayer(SimModule):

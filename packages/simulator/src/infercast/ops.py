@@ -17,42 +17,28 @@ NAMESPACE = "infercast"
 
 
 @torch.library.custom_op("infercast::gemm", mutates_args=())
-def gemm(x: torch.Tensor, weight: torch.Tensor, compute_dtype: str) -> torch.Tensor:
-    """``x @ weight.T`` with a dense (bf16/fp16/fp8) weight of shape [N, K]."""
+def gemm(x: torch.Tensor, weight: torch.Tensor, dtype: str) -> torch.Tensor:
+    """``x @ weight.T`` with an unpacked weight of shape [N, K]; ``dtype`` is the kernel's
+    (``bf16``, ``fp8``, ``fp8_block``, ``int8``, ``w8a16``: see :mod:`infercast.quant`)."""
     raise NotImplementedError
 
 
 @gemm.register_fake
-def _(x, weight, compute_dtype):
+def _(x, weight, dtype):
     return x.new_empty(*x.shape[:-1], weight.shape[0])
 
 
 @torch.library.custom_op("infercast::quant_gemm", mutates_args=())
 def quant_gemm(
-    x: torch.Tensor, weight_packed: torch.Tensor, scale: torch.Tensor, out_features: int, bits: int, compute_dtype: str
+    x: torch.Tensor, weight_packed: torch.Tensor, scale: torch.Tensor, out_features: int, dtype: str
 ) -> torch.Tensor:
     """GEMM reading a packed low-bit weight ([N, K*bits/32] int32) and its group scales."""
     raise NotImplementedError
 
 
 @quant_gemm.register_fake
-def _(x, weight_packed, scale, out_features, bits, compute_dtype):
+def _(x, weight_packed, scale, out_features, dtype):
     return x.new_empty(*x.shape[:-1], out_features)
-
-
-@torch.library.custom_op("infercast::grouped_gemm", mutates_args=())
-def grouped_gemm(
-    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, out_features: int, active_experts: float, bits: int,
-    compute_dtype: str,
-) -> torch.Tensor:
-    """MoE expert GEMM over routed rows ``x`` [rows, K]; ``weight`` holds every local expert
-    ([E_local, N, K'] packed or dense); ``active_experts`` of them are read (expected count)."""
-    raise NotImplementedError
-
-
-@grouped_gemm.register_fake
-def _(x, weight, scale, out_features, active_experts, bits, compute_dtype):
-    return x.new_empty(x.shape[0], out_features)
 
 
 @torch.library.custom_op("infercast::quantize_activation", mutates_args=())
@@ -95,6 +81,33 @@ def mla_attention(
 @mla_attention.register_fake
 def _(q, latent_cache, num_seqs, q_len, kv_len, v_head_dim):
     return q.new_empty(q.shape[0], q.shape[1], v_head_dim)
+
+
+@torch.library.custom_op("infercast::mla_bmm", mutates_args=())
+def mla_bmm(x: torch.Tensor, weight: torch.Tensor, which: str) -> torch.Tensor:
+    """The absorbed MLA decode's per-head batched GEMM: ``x`` [H, T, K] @ ``weight`` [H, K, N];
+    ``which`` is ``pre`` (q_nope into the latent space, K 128 -> N 512) or ``post`` (the
+    latent output back to v, 512 -> 128)."""
+    raise NotImplementedError
+
+
+@mla_bmm.register_fake
+def _(x, weight, which):
+    return x.new_empty(x.shape[0], x.shape[1], weight.shape[-1])
+
+
+@torch.library.custom_op("infercast::mla_prefill_attention", mutates_args=())
+def mla_prefill_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_seqs: int, q_len: int, kv_len: int
+) -> torch.Tensor:
+    """MLA in the expanded form engines use for prefill: q and k with nope + rope dims (192 for
+    DeepSeek-V3), v with v_head_dim (128), causal over each sequence's ``kv_len`` tokens."""
+    raise NotImplementedError
+
+
+@mla_prefill_attention.register_fake
+def _(q, k, v, num_seqs, q_len, kv_len):
+    return q.new_empty(q.shape[0], q.shape[1], v.shape[-1])
 
 
 @torch.library.custom_op("infercast::kv_cache_write", mutates_args=())
@@ -189,28 +202,28 @@ def _(ids, weight):
 # -- MoE ---------------------------------------------------------------------------------
 
 
-@torch.library.custom_op("infercast::moe_route", mutates_args=())
-def moe_route(logits: torch.Tensor, top_k: int, router: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k expert selection (softmax or sigmoid, grouped or not): weights and ids [T, k]."""
+@torch.library.custom_op("infercast::fused_moe", mutates_args=())
+def fused_moe(
+    x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor,
+    num_tokens: int, top_k: int, num_experts: int, local_experts: int, routed_rows: float, active_experts: float,
+    straggler: float, moe_tp: int, dtype: str, distribution: str,
+) -> torch.Tensor:
+    """The routed experts on one rank, as engines launch them (sglang's fused MoE, marlin or
+    DeepGEMM): top-k selection, token permutation, the gate/up grouped GEMM, SiLU-and-mul, the
+    down grouped GEMM and the weighted un-permute. ``x`` is what enters the experts on this rank
+    (tokens, or dispatched rows under EP); ``w13``/``w2`` hold the ``local_experts`` experts.
+
+    ``num_tokens``: tokens before routing that the expert group sees (summed over DP ranks);
+    ``routed_rows``: expected (token, expert) rows this rank computes under balanced routing;
+    ``active_experts``: expected local experts touched; ``straggler``: the busiest rank's load
+    over the mean under ``distribution`` (1 for balanced routing)."""
     raise NotImplementedError
 
 
-@moe_route.register_fake
-def _(logits, top_k, router):
-    return logits.new_empty(logits.shape[0], top_k, dtype=torch.float32), logits.new_empty(
-        logits.shape[0], top_k, dtype=torch.int32
-    )
-
-
-@torch.library.custom_op("infercast::moe_combine", mutates_args=())
-def moe_combine(expert_out: torch.Tensor, num_tokens: int, top_k: int) -> torch.Tensor:
-    """Weighted sum of each token's top-k expert outputs back into token order."""
-    raise NotImplementedError
-
-
-@moe_combine.register_fake
-def _(expert_out, num_tokens, top_k):
-    return expert_out.new_empty(num_tokens, expert_out.shape[-1])
+@fused_moe.register_fake
+def _(x, w13, w13_scale, w2, w2_scale, num_tokens, top_k, num_experts, local_experts, routed_rows, active_experts,
+      straggler, moe_tp, dtype, distribution):
+    return torch.empty_like(x)
 
 
 # -- collectives -------------------------------------------------------------------------
@@ -248,14 +261,21 @@ def _(x, group_size, group):
 
 
 @torch.library.custom_op("infercast::all_to_all", mutates_args=())
-def all_to_all(x: torch.Tensor, out_rows: int, group_size: int, group: str, phase: str) -> torch.Tensor:
-    """EP dispatch (tokens to their experts' ranks) or combine (back); ``x`` is what this rank
-    sends, ``out_rows`` what it receives."""
+def all_to_all(
+    x: torch.Tensor, out_rows: int, group_size: int, group: str, phase: str, mode: str, top_k: int, num_experts: int,
+    destinations: float,
+) -> torch.Tensor:
+    """EP dispatch (this rank's tokens ``x`` [T, H] to their experts' ranks) or combine (the
+    expert outputs back), as DeepEP runs it: ``mode`` ``normal`` (prefill: a token crosses to
+    each destination node once and is forwarded inside the node) or ``ll`` (low latency,
+    decode: one message per (token, expert) pair). ``x``'s dtype is what travels (FP8 for
+    dispatch, bf16 for combine); ``destinations``: expected distinct nodes (normal) a token
+    reaches; ``out_rows``: rows this rank receives."""
     raise NotImplementedError
 
 
 @all_to_all.register_fake
-def _(x, out_rows, group_size, group, phase):
+def _(x, out_rows, group_size, group, phase, mode, top_k, num_experts, destinations):
     return x.new_empty(out_rows, *x.shape[1:])
 
 

@@ -29,10 +29,13 @@ from infercast.simulate import (
     MEMORY_FRACTION,
     UserInput,
     _resolve_quant,
-    _seconds,
+    cost_model_for,
+    phase_of,
     routed_experts,
+    spec_host_rows,
     speculative_request,
 )
+from infercast.step import price_records, step_time
 from infercast.trace import trace
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -100,6 +103,11 @@ class PlanRequest:
     speculative: UserInput | None = None
     """Speculative flags (algorithm, draft, acceptance) shared by the grid; None: off only."""
     spec_grid: tuple[SpecChoice, ...] = ()
+    engine: str = "sglang"
+    engine_version: str | None = None
+    calibration: str | None = None
+    cost_model: str = "measured"
+    expert_imbalance: str = "balanced"
 
 
 @dataclass
@@ -153,6 +161,12 @@ class Planner:
         self.request = request
         self.manager = manager or get_manager()
         self.device: DeviceSpec = (devices or get_devices()).get(request.device)
+        from infercast.routing import check_distribution
+
+        check_distribution(request.expert_imbalance)
+        self.costs = cost_model_for(UserInput(engine=request.engine, engine_version=request.engine_version,
+                                              calibration=request.calibration, cost_model=request.cost_model),
+                                    self.device)
         self.config = load_config(request.model, manager=self.manager, known_models=bundled_model_refs())
         self.manager.patch_config(self.config)
         self.profile = self.manager.profile_for(self.config.model_type)
@@ -190,7 +204,8 @@ class Planner:
                                 scale_up_domain=self.device.scale_up_domain())
             plan = _resolve_quant(self.config, self.text, quant)
             ctx = SimContext(parallel=parallel, workload=Workload(1, 1, 0, True), quant=plan,
-                             kv_cache_dtype=KV_DTYPES[self.request.kv_cache_dtype])
+                             kv_cache_dtype=KV_DTYPES[self.request.kv_cache_dtype],
+                             expert_imbalance=self.request.expert_imbalance)
             self._built[key] = (build(self.config, self.profile, ctx, self.manager), ctx)
         return self._built[key]
 
@@ -205,7 +220,7 @@ class Planner:
 
     def seconds(self, layout: Layout, quant: str | None, model: str, batch: int, tokens: int, logits: int,
                 decode: bool = True, context: int = 0) -> float:
-        """One forward's time, priced once per distinct shape."""
+        """One forward's kernel time, priced once per distinct shape (host time apart)."""
         from infercast.speculative import trace_draft
 
         key = (layout, quant, model, batch, tokens, logits, decode, context)
@@ -219,8 +234,11 @@ class Planner:
                 draft, ctx = self._draft(layout, quant)
                 with ctx.using(workload):
                     records = trace_draft(draft, ctx.tokens, logits)
+            with ctx.using(workload):
+                phase = phase_of(self.costs, ctx, decode)
             self.traces += 1
-            self._seconds[key] = _seconds(records, self.device, ctx.parallel)
+            priced = price_records(records, self.costs, phase)
+            self._seconds[key] = step_time(priced, self.costs, phase, host_step=False).seconds
         return self._seconds[key]
 
     # ------------------------------------------------------------------ one configuration
@@ -232,13 +250,15 @@ class Planner:
         config = Config(layout, quant, batch, spec)
         context = r.input_length + r.output_length // 2  # the average decode step
         built, ctx = self._model(layout, quant)
+        requests = math.ceil(batch / layout.dp)
         weights = built.sim.weight_bytes()
         kv_per_token = sum(layer.self_attn.kv_bytes_per_token() for layer in built.sim.layers)
+        engine = self.costs.engine
         if spec is None:
-            cycle = self.seconds(layout, quant, "target", batch, 1, 1, context=context)
+            cycle = self.seconds(layout, quant, "target", batch, 1, 1, context=context) + engine.step.at(requests)
             tau = 1.0
         else:
-            cycle = 0.0
+            cycle = sum(h.seconds for h in spec_host_rows(engine, requests))
             for forward in cycle_forwards(spec.num_steps, spec.topk, spec.num_draft_tokens):
                 if forward.count:
                     cycle += forward.count * self.seconds(layout, quant, forward.model, batch, forward.tokens_per_request,
@@ -247,7 +267,6 @@ class Planner:
             draft, _ = self._draft(layout, quant)
             weights += weight_bytes(draft)
             kv_per_token += draft.kv_bytes_per_token()
-        requests = math.ceil(batch / layout.dp)
         memory = weights + kv_per_token * requests * (r.input_length + r.output_length)
         config.memory_gib = memory / GIB
         config.fits = memory <= self.device.memory_bytes * MEMORY_FRACTION
@@ -255,7 +274,8 @@ class Planner:
         config.tpot_ms = cycle / tau * 1e3
         config.tokens_per_s_per_user = 1e3 / config.tpot_ms
         config.tokens_per_s_per_device = batch * tau / cycle / layout.num_devices
-        config.ttft_ms = self.seconds(layout, quant, "target", 1, r.input_length, 1, decode=False) * 1e3
+        config.ttft_ms = (self.seconds(layout, quant, "target", 1, r.input_length, 1, decode=False)
+                          + engine.step.at(1) + engine.request.at(r.input_length)) * 1e3
         ratios = [v / slo for v, slo in ((config.ttft_ms, r.ttft_slo_ms), (config.tpot_ms, r.tpot_slo_ms)) if slo]
         config.violation = max([0.0] + [x - 1 for x in ratios])
         config.meets_slo = config.violation == 0.0

@@ -18,7 +18,8 @@ class QuantScheme:
     group_size: int | None
     """Weights per scale (None: per-channel or, for 16-bit weights, no scale)."""
     compute_dtype: str
-    """Tensor-core dtype of the GEMM: ``bf16``, ``fp8``, ``int8`` or ``fp4``."""
+    """Tensor-core dtype of the GEMM: ``bf16``, ``fp8``, ``int8`` or ``fp4`` (where the device
+    has FP4 tensor cores; elsewhere FP4 weights are dequantised and run in bf16)."""
     dynamic_activation: bool = False
     """Activations are quantized per token at run time (an extra small kernel)."""
     scale_bits: int = 16
@@ -29,17 +30,21 @@ class QuantScheme:
     def packed(self) -> bool:
         return self.weight_bits < 8
 
-    def weight_bytes(self, out_features: int, in_features: int) -> float:
-        """Stored bytes of one [out, in] weight including its scales."""
-        values = out_features * in_features
-        scales = 0.0
-        if self.block is not None:
-            scales = -(-out_features // self.block[0]) * -(-in_features // self.block[1])
-        elif self.group_size:
-            scales = out_features * -(-in_features // self.group_size)
-        elif self.weight_bits < 16:
-            scales = out_features  # per-channel
-        return values * self.weight_bits / 8 + scales * self.scale_bits / 8
+    @property
+    def kernel_dtype(self) -> str:
+        """The kernel family engines launch for this scheme, in the kernel tables' names:
+        ``bf16``, ``fp8`` (per-channel scales), ``fp8_block``, ``int8`` (W8A8), ``w8a16`` and
+        ``w4a16`` (integer weight-only), ``w4a8``, ``mxfp4`` (the device decides whether FP4
+        tensor cores run it or it is dequantised to bf16)."""
+        if self.weight_bits == 16:
+            return "bf16"
+        if self.compute_dtype == "fp8":
+            return "fp8_block" if self.block else "fp8"
+        if self.compute_dtype == "fp4":
+            return "mxfp4"
+        if self.compute_dtype == "int8":
+            return "int8" if self.weight_bits == 8 else f"w{self.weight_bits}a8"
+        return f"w{self.weight_bits}a16"
 
 
 BF16 = QuantScheme("BF16", 16, None, "bf16")

@@ -59,15 +59,26 @@ def print_summary(result: SimResult, console: Console, *, show_ops: int = 10) ->
                     f"requests at this context")
     if result.routing_assumption:
         summary.add_row("MoE routing", result.routing_assumption)
+    cm = result.cost_model
+    if cm:
+        share = cm["measured_share"]
+        summary.add_row("priced by", f"{cm['sources']}; engine {cm['engine']}"
+                        f"{' ' + cm['engine_version'] if cm.get('engine_version') else ''}, "
+                        f"{'CUDA graph' if cm['cuda_graph'] else 'eager launches'}")
+        summary.add_row("from measurements", f"{share['measured'] + share['interpolated']:.0%} of the time "
+                        f"(measured {share['measured']:.0%}, interpolated {share['interpolated']:.0%}; "
+                        f"extrapolated {share['extrapolated']:.0%}, analytic {share['analytic']:.0%}, "
+                        f"engine host {share['engine']:.0%})")
     console.print(summary)
     for note in result.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
     if show_ops > 0:
         table = Table(title=f"top {min(show_ops, len(result.ops))} operators")
         for column, justify in (("op (module)", "left"), ("count", "right"), ("total ms", "right"),
-                                ("share", "right"), ("bound", "left")):
+                                ("share", "right"), ("bound", "left"), ("source", "left"), ("from", "left")):
             table.add_column(column, justify=justify, overflow="fold")
         for row in result.ops[:show_ops]:
-            table.add_row(row.name, str(row.count), f"{row.total_ms:.3f}", f"{row.share:.1%}", row.bound)
+            table.add_row(row.name, str(row.count), f"{row.total_ms:.3f}", f"{row.share:.1%}", row.bound, row.source,
+                          row.origin)
         console.print(table)
     console.print(f"simulated in {result.simulation_wall_s:.2f} s")

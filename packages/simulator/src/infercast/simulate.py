@@ -15,11 +15,12 @@ from infercast_adapters.arch import text_config_of
 from infercast_adapters.config import load_config
 
 from infercast.build import BuiltModel, build
-from infercast.cost import Timed, cost_of, op_time
+from infercast.costmodel import SOURCES, CostModel, Phase
 from infercast.devices import GIB, DeviceSpec
 from infercast.layers import KV_DTYPES, SimContext, SimMoE
 from infercast.parallel import Parallel, Workload, validate_layout, validate_workload
 from infercast.quant import plan_from_action, plan_from_checkpoint
+from infercast.step import HostRow, forward_seconds, price_records, step_time
 from infercast.trace import OpRecord, trace
 
 DEFAULT_MODEL = "moonshotai/Kimi-K2.5"
@@ -76,6 +77,16 @@ class UserInput:
     acceptance_preset: str | None = None
     accept_length_from: str | None = None
     """An sglang server log or metrics text to read the measured accept length from."""
+    engine: str = "sglang"
+    """The serving engine: its kernels, CUDA graphs, host costs and measured tables."""
+    engine_version: str | None = None
+    """Which of the engine's measured tables (default: the newest with data)."""
+    calibration: str | None = None
+    """A calibration file of kernel tables measured on the user's hardware (first source)."""
+    cost_model: str = "measured"
+    """``measured`` (tables where they exist, analytic elsewhere) or ``analytic`` (roofline only)."""
+    expert_imbalance: str = "balanced"
+    """MoE routing: ``balanced``, ``power-law-1.01`` or ``power-law-1.2``."""
 
 
 @dataclass
@@ -85,6 +96,10 @@ class OpRow:
     total_ms: float
     share: float
     bound: str
+    source: str
+    """``measured``, ``interpolated``, ``extrapolated``, ``analytic``, or ``engine`` for host rows."""
+    origin: str = ""
+    """The table (and engine version) or published figure behind it."""
 
 
 @dataclass
@@ -113,6 +128,8 @@ class SimResult:
     routing_assumption: str | None
     ops: list[OpRow]
     simulation_wall_s: float
+    cost_model: dict[str, Any] = field(default_factory=dict)
+    """``{engine, engine_version, sources, measured_share, cuda_graph}``: what priced the step."""
     notes: list[str] = field(default_factory=list)
     images: dict[str, Any] | None = None
     speculative: dict[str, Any] | None = None
@@ -134,6 +151,15 @@ class SimResult:
             {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "communication"}},
         ]
         events += _timeline(self._timed)
+        now = max((e["ts"] + e["dur"] for e in events if e["ph"] == "X"), default=0.0)
+        hosts = [row for row in self.ops if row.source == "engine" and not row.name.startswith("request:")]
+        if hosts:
+            events.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": 3, "args": {"name": "host"}})
+        for row in hosts:
+            dur = row.total_ms * 1e3
+            events.append({"ph": "X", "pid": 1, "tid": 3, "name": row.name, "ts": round(now, 3), "dur": round(dur, 3),
+                           "args": {"source": row.origin}})
+            now += dur
         return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
@@ -204,15 +230,25 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
         raise InfercastError(f"unknown --kv-cache-dtype {user.kv_cache_dtype!r}; valid: {', '.join(KV_DTYPES)}")
 
     quant = _resolve_quant(config, text, user.quantize_linear_action)
-    ctx = SimContext(parallel=parallel, workload=workload, quant=quant, kv_cache_dtype=KV_DTYPES[user.kv_cache_dtype])
+    from infercast.routing import check_distribution
+
+    ctx = SimContext(parallel=parallel, workload=workload, quant=quant, kv_cache_dtype=KV_DTYPES[user.kv_cache_dtype],
+                     expert_imbalance=check_distribution(user.expert_imbalance))
+    model = cost_model_for(user, device)
     built = build(config, profile, ctx, manager)
     images = ctx.requests * user.image_batch_size if vision and not decode else 0
     records = trace(built.sim, ctx.tokens, every_layer=user.trace_every_layer, images=images,
                     patches_per_image=vision.patches if vision else 0)
+    micro = None
+    if parallel.two_batch_overlap:
+        half = Workload(num_queries=max(1, -(-user.num_queries // 2)), query_length=query_length,
+                        context_length=context, decode=decode)
+        with ctx.using(half):
+            micro = trace(built.sim, ctx.tokens, every_layer=user.trace_every_layer)
     if spec is None:
-        result = price(user, built, records, device, ctx, decode, query_length, context, quant.describe())
+        result = price(user, built, records, model, ctx, decode, query_length, context, quant.describe(), micro=micro)
     else:
-        result = price_speculative(user, built, records, device, ctx, context, quant.describe(), spec, manager)
+        result = price_speculative(user, built, records, model, ctx, context, quant.describe(), spec, manager)
     if vision:
         result.images = {"per_request": user.image_batch_size, "height": vision.height, "width": vision.width,
                          "grid": [vision.grid_h, vision.grid_w], "patches_per_image": vision.patches,
@@ -249,39 +285,66 @@ def _vision_request(user: UserInput, config: Any, profile: Any):
     return image_grid(user.image_height, user.image_width, vision_config)
 
 
-def price(user: UserInput, built: BuiltModel, records: list[OpRecord], device: DeviceSpec, ctx: SimContext,
-          decode: bool, query_length: int, context: int, quant_text: str, *, extra_weight_bytes: int = 0,
-          extra_kv_per_token: int = 0) -> SimResult:
-    """Time every record, lay out the streams, add memory (``extra_*``: a draft's share)."""
+def cost_model_for(user: UserInput, device: DeviceSpec) -> CostModel:
+    """The pricing stack ``user`` asks for: calibration file, measured tables, analytic."""
+    from infercast.kernels.calibration import load_calibration
+
+    if user.cost_model not in ("measured", "analytic"):
+        raise InfercastError(f"unknown --cost-model {user.cost_model!r}; valid: measured, analytic")
+    calibration = load_calibration(user.calibration, device) if user.calibration else None
+    return CostModel(device, user.engine, user.engine_version, calibration, measured=user.cost_model == "measured")
+
+
+def phase_of(model: CostModel, ctx: SimContext, decode: bool) -> Phase:
+    """Decode replays a CUDA graph up to the engine's capture size; prefill launches eagerly
+    unless the engine captures prefill too."""
+    engine = model.engine
+    graph = (ctx.requests <= engine.decode_graph_max_batch) if decode else engine.prefill_graph
+    return Phase(graph=graph, decode=decode, scale_up_domain=ctx.parallel.scale_up_domain)
+
+
+def price(user: UserInput, built: BuiltModel, records: list[OpRecord], model: CostModel, ctx: SimContext,
+          decode: bool, query_length: int, context: int, quant_text: str, *, micro: list[OpRecord] | None = None,
+          extra_weight_bytes: int = 0, extra_kv_per_token: int = 0, speculative: bool = False) -> SimResult:
+    """Price every record, compose the step (streams, overlap, host), add memory
+    (``extra_*``: a draft's share; ``micro``: one micro-batch's records under two-batch overlap)."""
     p = ctx.parallel
-    timed: list[tuple[OpRecord, Timed]] = [(r, op_time(cost_of(r), device, p.scale_up_domain)) for r in records]
+    device = model.device
+    phase = phase_of(model, ctx, decode)
+    priced = price_records(records, model, phase)
+    step = step_time(priced, model, phase, micro=price_records(micro, model, phase) if micro else None,
+                     requests=ctx.requests, host_step=not speculative)
+    if speculative:
+        step.host += spec_host_rows(model.engine, ctx.requests)
+    step_s = step.seconds
+    request_s = 0.0 if decode else model.engine.request.at(query_length)
+    total_s = step_s + request_s
+    shared = step.compute_s + step.communication_s + sum(h.seconds for h in step.host) + request_s
+    # what the shares divide: the kernels back to back, plus the host rows
 
-    compute_s = sum(t.seconds * r.count for r, t in timed if t.bound != "communication")
-    comm_s = sum(t.seconds * r.count for r, t in timed if t.bound == "communication")
-    step_s = compute_s + comm_s
-    if p.two_batch_overlap:
-        step_s = _two_batch_overlap(timed, device)
-
-    rows: dict[str, list[float | int | str]] = {}
-    bounds: dict[str, defaultdict] = {}
-    for r, t in timed:
-        key = f"{r.name.split('::')[-1]} ({_path_pattern(r.path)})"
-        row = rows.setdefault(key, [0, 0.0])
+    rows: dict[tuple[str, str], list] = {}
+    for r, t in priced:
+        key = (f"{r.name.split('::')[-1]} ({_path_pattern(r.path)})", t.source)
+        row = rows.setdefault(key, [0, 0.0, defaultdict(float), t.origin])
         row[0] += r.count
         row[1] += t.seconds * r.count
-        bounds.setdefault(key, defaultdict(float))[t.bound] += t.seconds * r.count
-    serial = compute_s + comm_s
-    ops = sorted(
-        (OpRow(k, int(v[0]), float(v[1]) * 1e3, float(v[1]) / serial if serial else 0.0,
-               max(bounds[k].items(), key=lambda kv: kv[1])[0]) for k, v in rows.items()),
-        key=lambda row: row.total_ms, reverse=True,
-    )
+        row[2][t.bound] += t.seconds * r.count
+    ops = [OpRow(name, int(v[0]), float(v[1]) * 1e3, float(v[1]) / shared if shared else 0.0,
+                 max(v[2].items(), key=lambda kv: kv[1])[0], source, v[3]) for (name, source), v in rows.items()]
+    hosts = step.host + ([HostRow("request: HTTP, tokenization, scheduling, first token out (TTFT)", request_s,
+                                  model.engine.request.source)] if request_s else [])
+    ops += [OpRow(h.name, 1, h.seconds * 1e3, h.seconds / shared if shared else 0.0, "host", "engine", h.source)
+            for h in hosts]
+    ops.sort(key=lambda row: row.total_ms, reverse=True)
+    shares = {s: 0.0 for s in (*SOURCES, "engine")}
+    for row in ops:
+        shares[row.source] += row.share
 
     memory, max_queries = _memory(built, records, device, ctx, extra_weight_bytes, extra_kv_per_token)
     feasible = memory["total"] <= memory["capacity"]
     throughput = (user.num_queries * (1 if decode else query_length)) / step_s / p.num_devices
-    moe = any(isinstance(m, SimMoE) for m in built.sim.modules())
-    notes = []
+    moe = next((m for m in built.sim.modules() if isinstance(m, SimMoE)), None)
+    notes = list(model.notes)
     if not feasible:
         notes.append(
             f"does not fit: needs {memory['total']:.1f} GiB per device, {memory['capacity']:.1f} GiB usable "
@@ -296,41 +359,20 @@ def price(user: UserInput, built: BuiltModel, records: list[OpRecord], device: D
                   "requests_per_rank": ctx.requests, "tokens_per_rank": ctx.tokens},
         quantization=quant_text, kv_cache_dtype=str(ctx.kv_cache_dtype).replace("torch.", ""),
         step_latency_ms=step_s * 1e3,
-        ttft_ms=None if decode else step_s * 1e3,
+        ttft_ms=None if decode else total_s * 1e3,
         tpot_ms=step_s * 1e3 / query_length if decode else None,
         throughput_tokens_per_s_per_device=throughput,
-        compute_ms=compute_s * 1e3, communication_ms=comm_s * 1e3,
-        kernel_count=sum(r.count for r, _ in timed),
+        compute_ms=step.compute_s * 1e3, communication_ms=step.communication_s * 1e3,
+        kernel_count=sum(r.count for r, _ in priced),
         memory_gib=memory, feasible=feasible, max_num_queries=max_queries,
         parameters_billion=built.hf_param_count / 1e9,
         vision_parameters_billion=built.vision_param_count / 1e9,
-        routing_assumption=SimMoE.routing_assumption if moe else None,
+        routing_assumption=moe.routing_assumption if moe is not None else None,
         ops=ops, simulation_wall_s=0.0, notes=notes,
-        _timed=timed,
+        cost_model={"engine": model.engine.name, "engine_version": model.engine_version, "sources": model.describe(),
+                    "cuda_graph": phase.graph, "measured_share": shares},
+        _timed=priced,
     )
-
-
-def _two_batch_overlap(timed: list[tuple[OpRecord, Timed]], device: DeviceSpec) -> float:
-    """Two micro-batches of half the tokens, one computing while the other communicates.
-
-    Per decoder layer with compute C and communication M (each paying its fixed costs twice,
-    once per micro-batch), the layer takes max(C, M) + min(C, M) / 2: the longer stream runs
-    back to back and half of the shorter one cannot hide (the first micro-batch's compute and
-    the last one's communication). Embedding and head run unsplit.
-    """
-    fixed = device.calibration.kernel_fixed_s
-    per_layer: dict[tuple, list[float]] = {}
-    outside = 0.0
-    for r, t in timed:
-        if r.layer is None:
-            outside += t.seconds * r.count
-            continue
-        c_m = per_layer.setdefault(r.layers, [0.0, 0.0, r.count])
-        c_m[1 if t.bound == "communication" else 0] += t.seconds + fixed
-    total = outside
-    for compute, comm, count in per_layer.values():
-        total += (max(compute, comm) + min(compute, comm) / 2) * count
-    return total
 
 
 def _memory(built: BuiltModel, records: list[OpRecord], device: DeviceSpec, ctx: SimContext, extra_weight_bytes: int = 0,
@@ -354,14 +396,14 @@ def _memory(built: BuiltModel, records: list[OpRecord], device: DeviceSpec, ctx:
     return memory, max_requests
 
 
-def _timeline(timed: list[tuple[OpRecord, Timed]]) -> list[dict[str, Any]]:
+def _timeline(timed: list[tuple[OpRecord, Any]]) -> list[dict[str, Any]]:
     """Serial schedule of one step, every layer expanded, as Chrome trace 'X' events."""
-    by_layer: dict[int, list[tuple[OpRecord, Timed]]] = defaultdict(list)
-    head: list[tuple[OpRecord, Timed]] = []
-    embed: list[tuple[OpRecord, Timed]] = []
-    vision_before: list[tuple[OpRecord, Timed]] = []
-    vision_blocks: list[tuple[OpRecord, Timed]] = []
-    vision_after: list[tuple[OpRecord, Timed]] = []
+    by_layer: dict[int, list[tuple[OpRecord, Any]]] = defaultdict(list)
+    head: list[tuple[OpRecord, Any]] = []
+    embed: list[tuple[OpRecord, Any]] = []
+    vision_before: list[tuple[OpRecord, Any]] = []
+    vision_blocks: list[tuple[OpRecord, Any]] = []
+    vision_after: list[tuple[OpRecord, Any]] = []
     for r, t in timed:
         if r.layer is not None:
             for index in r.layers or (r.layer,):
@@ -486,11 +528,14 @@ def speculative_request(user: UserInput, text: Any, profile: Any, manager: Any) 
                        settings, tau, source or model.describe())
 
 
-def _seconds(records: list[OpRecord], device: DeviceSpec, parallel: Parallel) -> float:
-    return sum(op_time(cost_of(r), device, parallel.scale_up_domain).seconds * r.count for r in records)
+def spec_host_rows(engine: Any, requests: int) -> list[HostRow]:
+    """The host time a speculative cycle waits for, in place of the decode step's: without
+    the overlapped scheduler every cycle pays the engine's whole per-step host work."""
+    cost = engine.spec_step()
+    return [HostRow("host: per-cycle scheduling and output processing (speculative)", cost.at(requests), cost.source)]
 
 
-def price_speculative(user: UserInput, built: BuiltModel, records: list[OpRecord], device: DeviceSpec, ctx: SimContext,
+def price_speculative(user: UserInput, built: BuiltModel, records: list[OpRecord], model: CostModel, ctx: SimContext,
                       context: int, quant_text: str, spec: SpecRequest, manager: Any) -> SimResult:
     """Price one speculative cycle (draft forwards, verify, extend) against plain decode."""
     from infercast.speculative import (
@@ -502,7 +547,8 @@ def price_speculative(user: UserInput, built: BuiltModel, records: list[OpRecord
     )
 
     p, s = ctx.parallel, spec.settings
-    base = price(user, built, records, device, ctx, True, 1, context, quant_text)
+    base = price(user, built, records, model, ctx, True, 1, context, quant_text)
+    phase = phase_of(model, ctx, True)
     draft, draft_ctx = draft_for(spec.draft_config, built, ctx, manager)
     draft_weights = weight_bytes(draft)
     cycle: list[OpRecord] = []
@@ -516,15 +562,15 @@ def price_speculative(user: UserInput, built: BuiltModel, records: list[OpRecord
         else:
             with draft_ctx.using(workload):
                 got = trace_draft(draft, draft_ctx.tokens, forward.logits_per_request)
-        seconds = _seconds(got, device, p)
+        seconds = forward_seconds(got, model, phase)
         forwards.append({"name": forward.name, "model": forward.model, "tokens_per_request": forward.tokens_per_request,
                          "count": forward.count, "ms_each": seconds * 1e3})
         if forward.count:
             cycle += relabel(got, forward.name, forward.count)
     n = s.num_draft_tokens
     with ctx.using(Workload(num_queries=user.num_queries, query_length=n, context_length=context, decode=True)):
-        result = price(user, built, cycle, device, ctx, True, n, context, quant_text, extra_weight_bytes=draft_weights,
-                       extra_kv_per_token=draft.kv_bytes_per_token())
+        result = price(user, built, cycle, model, ctx, True, n, context, quant_text, extra_weight_bytes=draft_weights,
+                       extra_kv_per_token=draft.kv_bytes_per_token(), speculative=True)
     cycle_ms = result.step_latency_ms
     tpot = cycle_ms / spec.accept_length
     result.workload["num_draft_tokens"] = n

@@ -54,9 +54,18 @@ class OpRecord:
     layer: int | None
     count: int = 1
     layers: tuple[int, ...] = field(default_factory=tuple)
+    named: dict[str, Any] = field(default_factory=dict)
+    """Arguments by their schema names (``x``, ``top_k``, ...), for formulas that read them."""
 
     def tensors(self) -> list[TensorSpec]:
         return [a for a in self.args if isinstance(a, TensorSpec)]
+
+    def __getitem__(self, name: str) -> Any:
+        """An argument by name: ``record["num_seqs"]``."""
+        try:
+            return self.named[name]
+        except KeyError:
+            raise KeyError(f"{self.name} has no argument {name!r} (has {', '.join(self.named)})") from None
 
 
 class _Recorder(TorchDispatchMode):
@@ -80,12 +89,18 @@ class _Recorder(TorchDispatchMode):
         if name not in FREE_OPS:
             flat_args, _ = tree_flatten((args, kwargs))
             flat_out, _ = tree_flatten(out)
+            named = {}
+            if func.namespace == "infercast":
+                names = [a.name for a in func._schema.arguments]
+                named = {n: self._spec(v) for n, v in zip(names, args)}
+                named.update({n: self._spec(v) for n, v in kwargs.items()})
             self.records.append(OpRecord(
                 name=name,
                 args=tuple(self._spec(a) for a in flat_args),
                 outputs=tuple(self._spec(o) for o in flat_out if isinstance(o, torch.Tensor)),
                 path=self.path_stack[-1] if self.path_stack else "",
                 layer=self.layer,
+                named=named,
             ))
         return out
 

@@ -1,0 +1,83 @@
+"""Derive the analytic model's per-device efficiencies from aiconfigurator-core's measured tables.
+
+The constants in ``infercast.devices`` for devices with tables (H100, H200, A100, B200) come
+from this script; run it to check them: python benchmarks/derive_device_constants.py
+
+- GEMM efficiency by dtype: the median of achieved / peak over GEMMs with m, n, k >= 4096;
+- attention efficiency: the median of achieved / bf16 peak over causal prefill attention with
+  head_dim 128, isl >= 4096 and batch x isl >= 16384 (flops = 2 x heads x pairs x 256);
+- memory efficiency and per-kernel fixed time: a least-squares line time = fixed + bytes /
+  (efficiency x HBM peak) through the bf16 GEMMs with m = 1 and at least 8 MiB of weights (pure
+  weight streams); the kernel floor is the shortest GEMM in the table (a kernel's minimum
+  duration under CUDA graphs);
+- link efficiency: custom all-reduce over 8 GPUs at the largest message, bus bandwidth
+  2 (n - 1) / n x bytes / time over the NVLink peak; all-reduce floor: its smallest message.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+
+from infercast.devices import BUILTIN_DEVICES
+from infercast.kernels import aiconfigurator as aic
+
+ENGINE = "sglang"
+
+
+def fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares slope and intercept of y over x."""
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
+    return slope, my - slope * mx
+
+
+def main() -> int:
+    for device in BUILTIN_DEVICES:
+        system = device.kernel_tables
+        if not system:
+            continue
+        version = aic.default_version(system, ENGINE)
+        print(f"== {device.name} ({system}, {ENGINE} {version})")
+        gemm = aic.load("gemm", system, ENGINE, version)
+        for dtype in ("bf16", "fp8", "fp8_block"):
+            grid = gemm.grid((dtype,))
+            if grid is None:
+                continue
+            peak = device.peak({"bf16": "bf16"}.get(dtype, "fp8"))
+            effs = [2 * m * n * k / (us * 1e-6) / peak for (m, n, k), us in grid.points() if min(m, n, k) >= 4096]
+            print(f"  gemm {dtype}: median {statistics.median(effs):.3f} of peak over {len(effs)} shapes")
+        grid = gemm.grid(("bf16",))
+        streams = [(n * k * 2, us * 1e-6) for (m, n, k), us in grid.points() if m == 1 and n * k * 2 >= 2**23]
+        slope, fixed = fit_line(streams)
+        print(f"  memory: {1 / slope / device.hbm_bandwidth_bytes_per_s:.3f} of HBM peak, fixed {fixed * 1e6:.2f} us "
+              f"(line through {len(streams)} m=1 GEMMs)")
+        print(f"  kernel floor: {min(us for _, us in grid.points()):.2f} us (shortest bf16 GEMM)")
+        attention = aic.load("context_attention", system, ENGINE, version)
+        effs = []
+        for key in attention.keys():
+            dtype, kv_dtype, head_dim, kv_heads = key
+            if dtype != "bf16" or kv_dtype != "bf16" or head_dim != 128:
+                continue
+            for (heads, isl, batch), us in attention.grid(key).points():
+                if isl >= 4096 and batch * isl >= 16384:
+                    flops = 2 * heads * batch * isl * (isl + 1) / 2 * 256
+                    effs.append(flops / (us * 1e-6) / device.peak("bf16"))
+        if effs:
+            print(f"  attention: median {statistics.median(effs):.3f} of bf16 peak over {len(effs)} points")
+        ar = aic.load("all_reduce", system, ENGINE, version)
+        grid = ar.grid(("graph", 8))
+        if grid is not None:
+            points = grid.points()
+            (size,), us = points[-1]
+            bus = 2 * 7 / 8 * size / (us * 1e-6)
+            print(f"  link: all-reduce of {size / 2**20:.0f} MiB on 8 GPUs, bus {bus / 1e9:.0f} GB/s = "
+                  f"{bus / device.scale_up_bandwidth_bytes_per_s:.3f} of NVLink; floor {points[0][1]:.2f} us "
+                  f"at {points[0][0][0]:.0f} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

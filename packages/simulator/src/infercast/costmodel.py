@@ -1,0 +1,403 @@
+"""The cost-model stack: each operator priced by the first source that covers it.
+
+1. a user's calibration file (``--calibration FILE``: kernel tables measured on their own
+   hardware, :mod:`infercast.kernels.calibration`);
+2. the measured kernel tables of aiconfigurator-core for the device, engine and version;
+3. the analytic roofline (:mod:`infercast.analytic`).
+
+A table answers a query exactly on its grid points (``measured``), by log-space
+interpolation between them (``interpolated``), or by holding the utilisation of its nearest
+edge outside them (``extrapolated``); the analytic model answers everything else
+(``analytic``). Every priced operator says which, and from which table.
+
+What maps an operator to a table query lives here (:func:`table_query`): the semantic ops
+carry what the tables are keyed by (GEMM m, n, k and kernel dtype; attention heads, sequence
+counts and lengths; the MoE shape, routing and EP split; collective sizes and groups).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from infercast_adapters import InfercastError
+
+from infercast import analytic
+from infercast.cost import COMPUTE_DTYPE, OpCost, cost_of
+from infercast.devices import DeviceSpec
+from infercast.engines import Engine, engine_named
+from infercast.kernels.grid import EXTRAPOLATED, INTERPOLATED, Answer
+from infercast.trace import OpRecord
+
+ANALYTIC = "analytic"
+SOURCES = ("measured", INTERPOLATED, EXTRAPOLATED, ANALYTIC)
+
+DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "int8": 1.0, "w8a16": 1.0, "w4a16": 0.5,
+               "w4a8": 0.5, "mxfp4": 0.53, "mxfp4_w4a16": 0.53, "nvfp4": 0.56}
+"""Weight bytes per value by kernel dtype (block/group scales included for the 4-bit ones)."""
+
+
+@dataclass(frozen=True)
+class Priced:
+    seconds: float
+    bound: str
+    """``compute``, ``memory``, ``latency`` or ``communication`` (from the analytic model)."""
+    source: str
+    """``measured``, ``interpolated``, ``extrapolated`` or ``analytic``."""
+    origin: str = ""
+    """The table and version that priced it (``gemm sglang 0.5.14``), or why analytic."""
+
+
+@dataclass(frozen=True)
+class Query:
+    kind: str
+    key: tuple
+    coords: tuple[float, ...]
+    shape: Callable[[tuple[float, ...]], float]
+    scale: float = 1.0
+    """Applied to the table's answer (a prefix correction, a multi-token verify)."""
+    scaled_quality: str | None = None
+    """The quality an answer gets when ``scale`` stands for a mechanism the table lacks."""
+
+
+@dataclass(frozen=True)
+class Phase:
+    """How the engine runs the step being priced."""
+
+    graph: bool
+    """Under CUDA graphs (decode up to the engine's capture size) or eagerly launched."""
+    decode: bool
+    scale_up_domain: int
+
+
+class CostModel:
+    """Prices :class:`OpRecord` s on one device for one engine (version), with an optional
+    calibration file; answers are cached per distinct operator."""
+
+    def __init__(self, device: DeviceSpec, engine: str | Engine = "sglang", engine_version: str | None = None,
+                 calibration: Any = None, measured: bool = True) -> None:
+        self.device = device
+        self.engine = engine if isinstance(engine, Engine) else engine_named(engine)
+        self.calibration = calibration
+        self.notes: list[str] = []
+        self.tables = None
+        self.engine_version = engine_version
+        if measured:
+            self.tables = _measured_tables(device, self.engine, engine_version, self.notes)
+            if self.tables is not None:
+                self.engine_version = self.tables.version
+        elif engine_version is not None:
+            raise InfercastError("--engine-version selects measured kernel tables; it has no effect with "
+                                 "--cost-model analytic")
+        self._cache: dict[tuple, Priced] = {}
+
+    def engine_kernel(self, dtype: str, rest: tuple, preferred: tuple[str, ...] | None = None,
+                      only: bool = False) -> str | None:
+        """The MoE kernel the engine launches for ``dtype`` among those measured for this
+        shape (``rest``: the key after dtype and kernel): the first of ``preferred`` (default:
+        the engine's list) that was measured, else any measured one unless ``only``."""
+        present = set()
+        for source in (self.calibration, self.tables):
+            if source is not None:
+                present |= {key[1] for key in source.table("moe").keys() if key[0] == dtype and key[2:] == rest}
+        for kernel in preferred if preferred is not None else self.engine.moe_kernels.get(dtype, ()):
+            if kernel in present:
+                return kernel
+        return None if only or not present else min(present)
+
+    def describe(self) -> str:
+        sources = []
+        if self.calibration is not None:
+            sources.append(f"calibration {self.calibration.path}")
+        if self.tables is not None:
+            sources.append(f"measured tables {self.device.kernel_tables} {self.engine.name} {self.tables.version}")
+        sources.append("analytic")
+        return " > ".join(sources)
+
+    def price(self, record: OpRecord, phase: Phase) -> Priced:
+        key = _record_key(record, phase)
+        found = self._cache.get(key)
+        if found is None:
+            found = self._cache[key] = self._price(record, phase)
+        return found
+
+    def _price(self, record: OpRecord, phase: Phase) -> Priced:
+        cost = cost_of(record)
+        timed = (analytic.collective_time(cost, self.device, phase.scale_up_domain) if cost.collective
+                 else analytic.kernel_time(cost, self.device))
+        if cost.collective and cost.group_size <= 1:
+            return Priced(0.0, "communication", "measured", "no peers")
+        query = table_query(record, cost, self, phase)
+        if query is not None:
+            for source in (self.calibration, self.tables):
+                if source is None:
+                    continue
+                answer = source.answer(query)
+                if answer is not None:
+                    quality = answer.quality if query.scale == 1.0 or query.scaled_quality is None else (
+                        query.scaled_quality)
+                    return Priced(answer.value * query.scale * 1e-6, timed.bound, quality,
+                                  f"{query.kind} {source.origin_of(query)}")
+        return Priced(timed.seconds, timed.bound, ANALYTIC, _why_analytic(record, query, self))
+
+
+def _record_key(record: OpRecord, phase: Phase) -> tuple:
+    def spec(v):
+        shape = getattr(v, "shape", None)
+        return (shape, str(v.dtype)) if shape is not None else v
+
+    return (record.name, tuple(spec(v) for v in record.named.values()) or tuple(spec(a) for a in record.args),
+            tuple(spec(o) for o in record.outputs), phase)
+
+
+def _why_analytic(record: OpRecord, query: Query | None, model: CostModel) -> str:
+    if model.tables is None and model.calibration is None:
+        return "no measured tables"
+    if query is None:
+        return "no table kind"
+    return f"no {query.kind} table for {'/'.join(str(k) for k in query.key)}"
+
+
+def _measured_tables(device: DeviceSpec, engine: Engine, version: str | None, notes: list[str]):
+    from infercast.kernels import MeasuredTables, available
+
+    if not device.kernel_tables:
+        if version is not None:
+            raise InfercastError(f"--engine-version {version}: {device.name} has no measured kernel tables "
+                                 "(it is priced analytically)")
+        notes.append(f"{device.name} has no measured kernel tables: every operator is priced analytically "
+                     f"(efficiencies: {device.efficiency.source})")
+        return None
+    if not available():
+        notes.append("aiconfigurator-core is not installed: every operator is priced analytically "
+                     "(pip install aiconfigurator-core)")
+        return None
+    return MeasuredTables(device.kernel_tables, engine, version)
+
+
+# ------------------------------------------------------------------------------ queries
+
+
+def _kv(dtype) -> str:
+    return "fp8" if getattr(dtype, "itemsize", 2) == 1 else "bf16"
+
+
+def table_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -> Query | None:
+    """The table lookup that covers ``record``, or None (analytic)."""
+    builder = _QUERIES.get(record.name)
+    return builder(record, cost, model, phase) if builder else None
+
+
+def _gemm_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -> Query | None:
+    m, n, k = cost.gemm_mnk
+    dtype = _table_dtype(record["dtype"], model.device)
+    device = model.device
+
+    def shape(c):
+        mm, nn, kk = c
+        w = DTYPE_BYTES.get(dtype, 2.0)
+        return analytic.kernel_time(OpCost(flops=2 * mm * nn * kk, compute_dtype=COMPUTE_DTYPE.get(dtype, "bf16"),
+                                           bytes=2 * mm * kk + w * nn * kk + 2 * mm * nn, kernel_dtype=dtype,
+                                           kind="gemm", gemm_mnk=(int(mm), int(nn), int(kk))), device).seconds
+
+    return Query("gemm", (dtype,), (m, n, k), shape)
+
+
+def _table_dtype(kernel_dtype: str, device: DeviceSpec) -> str:
+    if kernel_dtype == "mxfp4" and "fp4" not in device.peak_flops_per_s:
+        return "mxfp4_w4a16"
+    return kernel_dtype
+
+
+def _decode_like(q_len: int, kv_len: int) -> bool:
+    """A few new tokens over a longer cache (decode, a speculative verify) run the decode kernel."""
+    return q_len == 1 or (q_len <= 16 and kv_len > q_len)
+
+
+def _attention_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -> Query | None:
+    if not record["causal"]:
+        return None
+    q, k_cache = record["q"], record["k_cache"]
+    heads, head_dim, kv_heads = q.shape[1], q.shape[2], k_cache.shape[1]
+    kv_key = 0 if kv_heads == heads else kv_heads
+    seqs, q_len, kv_len = record["num_seqs"], record["q_len"], record["kv_len"]
+    kv_dtype = _kv(k_cache.dtype)
+    device = model.device
+    if _decode_like(q_len, kv_len):
+        def shape(c):
+            h, b, s = c
+            return _attention_shape(device, h, kv_heads if kv_key else h, head_dim, b, 1, s, kv_dtype)
+
+        scale = _attention_shape(device, heads, kv_heads, head_dim, seqs, q_len, kv_len, kv_dtype) / shape(
+            (heads, seqs, kv_len))
+        return Query("generation_attention", (kv_dtype, head_dim, kv_key), (heads, seqs, kv_len), shape, scale,
+                     EXTRAPOLATED)
+
+    def shape(c):
+        h, s, b = c
+        return _attention_shape(device, h, kv_heads if kv_key else h, head_dim, b, s, s, kv_dtype)
+
+    prefix = kv_len - q_len
+    scale = (kv_len ** 2 - prefix ** 2) / kv_len ** 2
+    return Query("context_attention", ("bf16", kv_dtype, head_dim, kv_key), (heads, kv_len, seqs), shape, scale,
+                 EXTRAPOLATED)
+
+
+def _attention_shape(device, heads, kv_heads, head_dim, seqs, q_len, kv_len, kv_dtype, v_dim=None) -> float:
+    v_dim = v_dim or head_dim
+    prefix = kv_len - q_len
+    pairs = seqs * (q_len * prefix + q_len * (q_len + 1) / 2)
+    kv_bytes = 1.0 if kv_dtype == "fp8" else 2.0
+    cost = OpCost(flops=2.0 * heads * pairs * (head_dim + v_dim), kind="attention",
+                  bytes=seqs * (q_len * heads * (head_dim + v_dim) * 2 + kv_len * kv_heads * (head_dim + v_dim) * kv_bytes))
+    return analytic.kernel_time(cost, device).seconds
+
+
+MLA_GEOMETRY = {"qk_head": 192, "v_head": 128, "latent": 576, "kv_lora": 512, "nope": 128}
+"""The MLA tables are measured for DeepSeek-V3's geometry (Kimi-K2.5 shares it)."""
+
+
+def _mla_decode_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -> Query | None:
+    q, cache = record["q"], record["latent_cache"]
+    if q.shape[2] != MLA_GEOMETRY["latent"] or record["v_head_dim"] != MLA_GEOMETRY["kv_lora"]:
+        return None
+    heads, seqs, q_len, kv_len = q.shape[1], record["num_seqs"], record["q_len"], record["kv_len"]
+    kv_dtype = _kv(cache.dtype)
+    device = model.device
+
+    def shape(c):
+        h, b, s = c
+        return _attention_shape(device, h, 1, 576, b, 1, s, kv_dtype, v_dim=512)
+
+    scale = _attention_shape(device, heads, 1, 576, seqs, q_len, kv_len, kv_dtype, v_dim=512) / shape((heads, seqs, kv_len))
+    return Query("generation_mla", (kv_dtype,), (heads, seqs, kv_len), shape, scale, EXTRAPOLATED)
+
+
+def _mla_prefill_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -> Query | None:
+    q, k, v = record["q"], record["k"], record["v"]
+    if q.shape[2] != MLA_GEOMETRY["qk_head"] or v.shape[2] != MLA_GEOMETRY["v_head"]:
+        return None
+    heads, seqs, q_len, kv_len = q.shape[1], record["num_seqs"], record["q_len"], record["kv_len"]
+    device = model.device
+    kv_dtype = _kv(k.dtype)
+
+    def shape(c):
+        h, s, b = c
+        return _attention_shape(device, h, h, 192, b, s, s, kv_dtype, v_dim=128)
+
+    prefix = kv_len - q_len
+    return Query("context_mla", ("bf16", kv_dtype), (heads, kv_len, seqs), shape,
+                 (kv_len ** 2 - prefix ** 2) / kv_len ** 2, EXTRAPOLATED)
+
+
+def _mla_bmm_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -> Query | None:
+    x, w = record["x"], record["weight"]
+    which = record["which"]
+    expected = (MLA_GEOMETRY["nope"], MLA_GEOMETRY["kv_lora"]) if which == "pre" else (
+        MLA_GEOMETRY["kv_lora"], MLA_GEOMETRY["nope"])
+    if (w.shape[1], w.shape[2]) != expected:
+        return None
+    heads, tokens = x.shape[0], x.shape[1]
+    device = model.device
+    dtype = "fp8" if x.dtype.itemsize == 1 else "bf16"
+
+    def shape(c):
+        h, t = c
+        return analytic.kernel_time(OpCost(flops=2 * h * t * 128 * 512, bytes=h * 128 * 512 * 2 + t * h * 640 * 2,
+                                           kind="gemm", kernel_dtype=dtype), device).seconds
+
+    return Query("mla_bmm", (dtype, which), (heads, tokens), shape)
+
+
+def _moe_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -> Query | None:
+    dtype = _table_dtype(record["dtype"], model.device)
+    local, top_k, experts = record["local_experts"], record["top_k"], record["num_experts"]
+    w13 = record["w13"]
+    hidden, inter = record["x"].shape[-1], w13.shape[1] // 2 * record["moe_tp"]
+    moe_tp = record["moe_tp"]
+    ep = experts / local
+    tokens = record["routed_rows"] / local * experts / top_k
+    device = model.device
+    w = DTYPE_BYTES.get(dtype, 2.0)
+
+    def shape(c):
+        e, t = c
+        rows = t * top_k / e
+        active = min(experts / e, rows)
+        return analytic.kernel_time(OpCost(flops=6.0 * rows * hidden * inter / moe_tp,
+                                           compute_dtype=COMPUTE_DTYPE.get(dtype, "bf16"),
+                                           bytes=active * 3 * hidden * inter / moe_tp * w + rows * hidden * 4,
+                                           kernel_dtype=dtype, kind="gemm", kernels=5), device).seconds
+
+    rest = (record["distribution"], top_k, experts, hidden, inter, moe_tp)
+    if local < experts:  # expert parallel: DeepEP's grouped GEMMs, low-latency layout in decode
+        kernel = model.engine_kernel(dtype, rest, ("deepep_ll",) if phase.decode else ("deepep_normal",), only=True)
+    else:
+        kernel = model.engine_kernel(dtype, rest)
+    if kernel is None:
+        return None
+    return Query("moe", (dtype, kernel, record["distribution"], top_k, experts, hidden, inter, moe_tp), (ep, tokens),
+                 shape)
+
+
+def _collective_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -> Query | None:
+    n = cost.group_size
+    if n > phase.scale_up_domain:
+        return None  # hierarchical across nodes: analytic (the tables cover one node)
+    device = model.device
+    kind = cost.collective
+    size = cost.message_bytes * (n if kind == "all_gather" else 1)  # nccl-tests sizes: the whole buffer
+
+    def shape(c):
+        (b,) = c
+        return analytic.collective_time(OpCost(kind="collective", collective=kind, message_bytes=b / (
+            n if kind == "all_gather" else 1), group_size=n), device, phase.scale_up_domain).seconds
+
+    if kind == "all_reduce" and model.engine.custom_all_reduce:
+        return Query("all_reduce", ("graph" if phase.graph else "eager", n), (size,), shape)
+    return Query("nccl", (kind, "bf16", n), (size,), shape)
+
+
+def _all_to_all_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -> Query | None:
+    a = cost.a2a
+    ep, domain = cost.group_size, phase.scale_up_domain
+    if ep % domain:
+        return None  # the DeepEP tables are measured for whole nodes of 8
+    nodes = ep // domain
+    device = model.device
+
+    def shape(c):
+        nn, t = c
+        return analytic.deepep_time(OpCost(kind="collective", collective="all_to_all", group_size=int(nn * domain),
+                                           a2a={**a, "tokens": t}), device, domain).seconds
+
+    kind = "deepep_ll" if a["mode"] == "ll" else "deepep_normal"
+    return Query(kind, (a["phase"], a["hidden"], a["top_k"], a["num_experts"]), (nodes, a["tokens"]), shape)
+
+
+_QUERIES: dict[str, Callable[..., Query | None]] = {
+    "infercast::gemm": _gemm_query,
+    "infercast::quant_gemm": _gemm_query,
+    "infercast::attention": _attention_query,
+    "infercast::mla_attention": _mla_decode_query,
+    "infercast::mla_prefill_attention": _mla_prefill_query,
+    "infercast::mla_bmm": _mla_bmm_query,
+    "infercast::fused_moe": _moe_query,
+    "infercast::all_reduce": _collective_query,
+    "infercast::all_gather": _collective_query,
+    "infercast::reduce_scatter": _collective_query,
+    "infercast::all_to_all": _all_to_all_query,
+}
+
+
+def measured_share(rows: list[tuple[OpRecord, Priced]]) -> dict[str, float]:
+    """Share of operator time by source."""
+    total = sum(p.seconds * r.count for r, p in rows)
+    out = {s: 0.0 for s in SOURCES}
+    for r, p in rows:
+        out[p.source] = out.get(p.source, 0.0) + (p.seconds * r.count / total if total else 0.0)
+    return out
+
+
+__all__ = ["CostModel", "Phase", "Priced", "Query", "measured_share", "table_query", "Answer"]

@@ -1,0 +1,155 @@
+"""Serving engines: which kernels they launch, when CUDA graphs run, and what the host costs.
+
+An :class:`Engine` says what the GPU tables cannot: which measured kernel a layer uses (an
+INT4 MoE runs marlin in sglang and vLLM), whether a step is replayed from a CUDA graph
+(decode up to the capture size) or launched kernel by kernel from Python (prefill), and the
+host time a step or a request costs outside the kernels. Each host figure is its own priced
+row in the output, with its source; none is folded into a kernel's efficiency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+from infercast_adapters import InfercastError
+
+
+@dataclass(frozen=True)
+class HostCost:
+    """Host time: ``seconds`` plus ``per_item_s`` for each item (a running request for a
+    step, a prompt token for a request), with where the figures come from."""
+
+    seconds: float
+    source: str
+    per_item_s: float = 0.0
+
+    def at(self, items: int = 0) -> float:
+        return self.seconds + self.per_item_s * items
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str
+    tables: str
+    """aiconfigurator-core's directory name for this engine's measured tables."""
+    attention_lanes: tuple[str, ...]
+    """The engine's default attention kernels, in preference order (names inside the tables'
+    ``kernel_source``)."""
+    moe_kernels: Mapping[str, tuple[str, ...]]
+    """Fused-MoE kernel by kernel dtype, in preference order (``marlin``, ``triton``, ...)."""
+    custom_all_reduce: bool
+    """One-node all-reduces use the engine's own kernel (else NCCL)."""
+    decode_graph_max_batch: int
+    """Decode steps with up to this many requests per rank replay a CUDA graph."""
+    prefill_graph: bool
+    """Prefill runs under (piecewise) CUDA graphs, as vLLM V1 compiles it; else it launches eagerly."""
+    eager_launch: HostCost
+    """Host time to launch one kernel eagerly (prefill): the GPU idles when kernels are shorter."""
+    step: HostCost
+    """Host time per step the GPU waits for: scheduling, input preparation, sampling, output."""
+    request: HostCost
+    """Per request, inside a client-measured TTFT: HTTP, tokenization, queueing into the
+    scheduler, detokenizing and streaming the first token."""
+    step_without_overlap: HostCost | None = None
+    """Host time per step when the engine cannot overlap it with the GPU (default: ``step``)."""
+    spec_overlap: bool = True
+    """Whether speculative decoding keeps the overlapped scheduler (else ``step_without_overlap``
+    is paid every cycle)."""
+
+    def spec_step(self) -> HostCost:
+        """The host time a speculative cycle waits for."""
+        return self.step if self.spec_overlap else (self.step_without_overlap or self.step)
+
+    def describe(self) -> str:
+        return self.name
+
+
+ENGINES: dict[str, Engine] = {}
+
+
+def register(engine: Engine) -> Engine:
+    ENGINES[engine.name] = engine
+    return engine
+
+
+def engine_named(name: str) -> Engine:
+    try:
+        return ENGINES[name.lower()]
+    except KeyError:
+        raise InfercastError(f"unknown --engine {name!r}; valid: {', '.join(ENGINES)}") from None
+
+
+# -- sources -------------------------------------------------------------------------------
+
+SGLANG_EAGER = HostCost(
+    45.5e-6,
+    "sglang launching eagerly: a 1-token DeepSeek-V3 prefill forward took 82.6 ms eager vs 23.1 ms under a CUDA "
+    "graph (sglang PR #12160 log, 'forward cost'); host-bound, so 82.6 ms over the 1,814 kernels infercast traces "
+    "for that forward = 45.5 us per kernel (benchmarks/derive_engine_constants.py)",
+)
+TORCH_EAGER = HostCost(
+    8e-6,
+    "eager PyTorch host submit cost of one CUDA kernel, 8 us per op on an A100 (flagos-ai/Torch-FL PR #27)",
+)
+SGLANG_STEP = HostCost(
+    0.31e-3,
+    "sglang's per-token framework time with a mocked 2.632 ms forward: median TPOT 2.94 ms at concurrency 1, "
+    "0.31 ms not hidden by the overlap scheduler (tenstorrent/tt-inference-server issue #3560)",
+)
+SGLANG_REQUEST = HostCost(
+    5.6e-3,
+    "median TTFT 9.54 ms with a mocked 2.63 ms forward for a 128-token prompt (tenstorrent/tt-inference-server "
+    "issue #3560): 6.9 ms of HTTP, chat template, tokenization, scheduling, first token and streaming, of which "
+    "128 tokens x 10 us tokenization (tt-inference-server issue #2173: 131 tokens in 1.3-2.8 ms) scale with the "
+    "prompt",
+    per_item_s=10e-6,
+)
+PYTHON_STEP_NO_OVERLAP = HostCost(
+    0.097e-3,
+    "a Python engine's per-step output processing when nothing overlaps it: 0.2 ms at batch 1 and 3.4 ms at batch "
+    "32 (vLLM, Llama-3-70B on 4 x H100, issue #6913), a line of 0.097 ms + 0.103 ms per running request",
+    per_item_s=0.103e-3,
+)
+VLLM_STEP = HostCost(
+    0.54e-3,
+    "vLLM's engine loop: 540.9 us per step amortised over a 128-request decode workload, and the scheduler's cost "
+    "growing 12.7 us per running request (vLLM 0.27.1, openfabric-systems/simllm PR #204); not hidden "
+    "(without --async-scheduling)",
+    per_item_s=12.7e-6,
+)
+
+register(Engine(
+    name="sglang", tables="sglang",
+    attention_lanes=("fa3", "trtllm_mha", "flashinfer", "flash_attention"),
+    moe_kernels={"w4a16": ("marlin",), "bf16": ("triton", "flashinfer_cutlass"), "fp8_block": ("triton", "deepgemm"),
+                 "fp8": ("triton",), "mxfp4_w4a16": ("triton", "marlin")},
+    custom_all_reduce=True, decode_graph_max_batch=256, prefill_graph=False,
+    eager_launch=SGLANG_EAGER, step=SGLANG_STEP, request=SGLANG_REQUEST,
+    # speculative decoding runs without the overlap scheduler unless SGLANG_ENABLE_SPEC_V2 is set
+    # (sglang docs, advanced_features/speculative_decoding.md: "SpecV2 ... overlap scheduler (experimental)")
+    spec_overlap=False,
+    step_without_overlap=replace(PYTHON_STEP_NO_OVERLAP, source="assumed for sglang (both engines process outputs "
+                                 "per request in Python): " + PYTHON_STEP_NO_OVERLAP.source),
+))
+register(Engine(
+    name="vllm", tables="vllm",
+    attention_lanes=("fa3", "flashinfer_trtllm", "flash_attn", "triton"),
+    moe_kernels={"w4a16": ("marlin",), "bf16": ("triton",), "fp8_block": ("triton", "flashinfer_cutlass"),
+                 "fp8": ("flashinfer_cutlass", "cutlass"), "mxfp4_w4a16": ("marlin", "triton")},
+    custom_all_reduce=True, decode_graph_max_batch=512, prefill_graph=True,
+    eager_launch=TORCH_EAGER, step=VLLM_STEP,
+    request=replace(SGLANG_REQUEST, source="assumed equal to sglang's (both serve the OpenAI API from Python): "
+                    + SGLANG_REQUEST.source),
+))
+register(Engine(
+    name="trtllm", tables="trtllm",
+    attention_lanes=("torch_flow", "default"),
+    moe_kernels={"bf16": ("cutlass",), "fp8_block": ("cutlass", "deepgemm"), "fp8": ("cutlass",),
+                 "mxfp4_w4a16": ("moe_torch_flow",), "nvfp4": ("cutlass", "trtllm")},
+    custom_all_reduce=True, decode_graph_max_batch=128, prefill_graph=False,
+    eager_launch=TORCH_EAGER,
+    step=replace(SGLANG_STEP, source="assumed equal to sglang's (TensorRT-LLM also overlaps scheduling; its overlap "
+                 "scheduler gains 1.03x at batch 1, TensorRT-LLM tech blog 2): " + SGLANG_STEP.source),
+    request=replace(SGLANG_REQUEST, source="assumed equal to sglang's: " + SGLANG_REQUEST.source),
+))

@@ -1,0 +1,66 @@
+"""Measured kernel tables: aiconfigurator-core's data for a device, engine and version.
+
+:class:`MeasuredTables` loads each table kind the first time a query needs it (and keeps it
+for the process), so a run reads only the files its operators touch. The table kinds and
+their schema: :mod:`infercast.kernels.tables`; the reader: :mod:`infercast.kernels.aiconfigurator`;
+a user's own tables: :mod:`infercast.kernels.calibration`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+from infercast_adapters import InfercastError
+
+from infercast.kernels import aiconfigurator as aic
+from infercast.kernels.grid import Answer
+from infercast.kernels.tables import KernelTable
+
+if TYPE_CHECKING:
+    from infercast.costmodel import Query
+    from infercast.engines import Engine
+
+
+def available() -> bool:
+    """Whether aiconfigurator-core's data is installed."""
+    return aic.data_root() is not None
+
+
+@functools.lru_cache(maxsize=None)
+def _load(kind: str, system: str, engine: str, version: str, lanes: tuple[str, ...]) -> KernelTable:
+    return aic.load(kind, system, engine, version, {"attention_lanes": lanes})
+
+
+class MeasuredTables:
+    """The measured tables of one system for one engine version."""
+
+    def __init__(self, system: str, engine: "Engine", version: str | None = None) -> None:
+        self.system, self.engine = system, engine
+        versions = aic.engine_versions(system, engine.tables)
+        if not versions:
+            raise InfercastError(f"{aic.PACKAGE} has no {engine.name} tables for {system}; use another --engine "
+                                 f"or --cost-model analytic")
+        if version is None:
+            version = aic.default_version(system, engine.tables)
+            if version is None:
+                raise InfercastError(f"{aic.PACKAGE} has no {engine.name} GEMM table for {system}")
+        elif version not in versions:
+            raise InfercastError(f"--engine-version {version!r}: {engine.name} tables for {system} exist for "
+                                 f"{', '.join(versions)}")
+        self.version = version
+
+    def table(self, kind: str) -> KernelTable:
+        return _load(kind, self.system, self.engine.tables, self.version, self.engine.attention_lanes)
+
+    def answer(self, query: "Query") -> Answer | None:
+        return self.table(query.kind).query(query.key, query.coords, query.shape)
+
+    def origin_of(self, query: "Query") -> str:
+        return self.table(query.kind).origin(query.key) or f"{self.engine.name} {self.version}"
+
+    def __repr__(self) -> str:
+        return f"MeasuredTables({self.system!r}, {self.engine.name!r}, {self.version!r})"
+
+
+__all__ = ["Answer", "KernelTable", "MeasuredTables", "available"]

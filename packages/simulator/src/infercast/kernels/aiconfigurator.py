@@ -1,0 +1,333 @@
+"""Measured kernel tables from the ``aiconfigurator-core`` package (NVIDIA, Apache-2.0).
+
+The package ships parquet files under
+``aiconfigurator_core/systems/data/<system>/<family>/<engine>/<version>/<table>.parquet``,
+measured with sglang, vLLM and TensorRT-LLM on each system. This module reads them with
+pyarrow (not aiconfigurator's estimator) and converts them to infercast's table kinds
+(:mod:`infercast.kernels.tables`): latencies to microseconds, collective sizes from elements
+to bytes, dtype names to infercast's. Only the files a run needs are read, once per process.
+
+For an engine version V, each table comes from V's directory, and slices V lacks from the
+nearest older version of the same engine that has them (the slice's origin says which).
+Repeated measurements of one point are combined by their median (DeepEP normal mode: the
+fastest SM setting, as DeepEP's tuned configs choose).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import math
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from infercast_adapters import InfercastError
+
+from infercast.kernels.tables import KernelTable
+
+PACKAGE = "aiconfigurator-core"
+
+DTYPES = {"bfloat16": "bf16", "float16": "fp16", "fp8": "fp8", "fp8_block": "fp8_block", "int8_wo": "w8a16",
+          "int4_wo": "w4a16", "sq": "int8", "w4a16_mxfp4": "mxfp4_w4a16", "nvfp4": "nvfp4", "half": "bf16",
+          "int8": "int8"}
+"""aiconfigurator's dtype names -> infercast's (``half`` is NCCL's 16-bit element)."""
+
+MOE_KERNELS = ("marlin", "deepgemm", "flashinfer_cutlass", "cutlass", "trtllm", "triton")
+"""Short kernel names for the MoE tables, matched in this order inside ``kernel_source``."""
+
+
+def data_root() -> Path | None:
+    """``.../aiconfigurator_core/systems/data`` of the installed package, without importing it."""
+    spec = importlib.util.find_spec("aiconfigurator_core")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(list(spec.submodule_search_locations)[0]) / "systems" / "data"
+    return root if root.is_dir() else None
+
+
+def _version_key(version: str):
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return (0, Version(version))
+    except InvalidVersion:
+        return (-1, version)
+
+
+@functools.lru_cache(maxsize=None)
+def engine_versions(system: str, engine: str) -> tuple[str, ...]:
+    """Versions of ``engine`` with any table for ``system``, newest first."""
+    root = data_root()
+    if root is None or not (root / system).is_dir():
+        return ()
+    found = set()
+    for family in (root / system).iterdir():
+        engine_dir = family / engine
+        if engine_dir.is_dir():
+            found |= {v.name for v in engine_dir.iterdir() if v.is_dir() and any(v.glob("*.parquet"))}
+    return tuple(sorted(found, key=_version_key, reverse=True))
+
+
+@functools.lru_cache(maxsize=None)
+def default_version(system: str, engine: str) -> str | None:
+    """The newest version of ``engine`` with a GEMM table on ``system`` (the table every model needs)."""
+    root = data_root()
+    for version in engine_versions(system, engine):
+        if root and (root / system / "gemm" / engine / version / "gemm_perf.parquet").is_file():
+            return version
+    return None
+
+
+def _read(path: Path, columns: Iterable[str]) -> dict[str, list]:
+    """Named columns of a parquet file as Python lists; a bad file is an error naming it."""
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises several types for a truncated or foreign file
+        raise InfercastError(f"measured kernel table {path} could not be read ({exc}); reinstall {PACKAGE} "
+                             f"or run with --kernel-data analytic") from exc
+    wanted = list(columns)
+    missing = [c for c in wanted if c not in table.column_names]
+    if missing:
+        raise InfercastError(f"measured kernel table {path} lacks column(s) {', '.join(missing)} "
+                             f"(has {', '.join(table.column_names)}); this {PACKAGE} version is not supported")
+    return {c: table.column(c).to_pylist() for c in wanted}
+
+
+def _short_moe_kernel(source: str) -> str:
+    low = source.lower()
+    return next((name for name in MOE_KERNELS if name in low), low)
+
+
+def _pick_lane(rows_by_lane: dict[tuple, dict[str, list]], preferred: tuple[str, ...]) -> list[tuple]:
+    """Per slice, the rows of the engine's default attention kernel (first match of
+    ``preferred`` inside the kernel name), else of the kernel with the most rows."""
+    out = []
+    for lanes in rows_by_lane.values():
+        chosen = next((lanes[lane] for p in preferred for lane in sorted(lanes) if p in lane.lower()), None)
+        if chosen is None:
+            chosen = max(lanes.values(), key=len)
+        out += chosen
+    return out
+
+
+# -- converters: parquet columns -> rows of an infercast table kind ---------------------------
+
+Converter = Callable[[dict[str, list], dict[str, Any]], list[tuple]]
+
+
+def _gemm(c: dict[str, list], opts: dict[str, Any]) -> list[tuple]:
+    return [(DTYPES[d], m, n, k, lat * 1e3) for d, m, n, k, lat in zip(c["gemm_dtype"], c["m"], c["n"], c["k"], c["latency"])
+            if d in DTYPES]
+
+
+def _attention(context: bool) -> Converter:
+    def convert(c: dict[str, list], opts: dict[str, Any]) -> list[tuple]:
+        windows = c.get("window_size") or [0] * len(c["latency"])
+        by_lane: dict[tuple, dict[str, list]] = {}
+        for i, lat in enumerate(c["latency"]):
+            if windows[i] not in (0, None) or c["attn_dtype"][i] not in DTYPES or c["kv_cache_dtype"][i] not in DTYPES:
+                continue
+            heads, kv_heads = c["num_heads"][i], c["num_key_value_heads"][i]
+            kv_key = 0 if kv_heads == heads else kv_heads
+            if context:
+                key = (DTYPES[c["attn_dtype"][i]], DTYPES[c["kv_cache_dtype"][i]], c["head_dim"][i], kv_key)
+                row = (*key, heads, c["isl"][i], c["batch_size"][i], lat * 1e3)
+            else:
+                key = (DTYPES[c["kv_cache_dtype"][i]], c["head_dim"][i], kv_key)
+                row = (*key, heads, c["batch_size"][i], c["isl"][i] + c["step"][i], lat * 1e3)
+            by_lane.setdefault(key, {}).setdefault(c["kernel_source"][i], []).append(row)
+        return _pick_lane(by_lane, opts.get("attention_lanes", ()))
+
+    return convert
+
+
+def _context_mla(c: dict[str, list], opts: dict[str, Any]) -> list[tuple]:
+    return [(DTYPES[d], DTYPES[kv], h, isl, b, lat * 1e3) for d, kv, h, isl, b, lat in
+            zip(c["mla_dtype"], c["kv_cache_dtype"], c["num_heads"], c["isl"], c["batch_size"], c["latency"])
+            if d in DTYPES and kv in DTYPES]
+
+
+def _generation_mla(c: dict[str, list], opts: dict[str, Any]) -> list[tuple]:
+    return [(DTYPES[kv], h, b, isl + step, lat * 1e3) for kv, h, b, isl, step, lat in
+            zip(c["kv_cache_dtype"], c["num_heads"], c["batch_size"], c["isl"], c["step"], c["latency"]) if kv in DTYPES]
+
+
+def _mla_bmm(c: dict[str, list], opts: dict[str, Any]) -> list[tuple]:
+    which = {"mla_gen_pre": "pre", "mla_gen_post": "post"}
+    return [(DTYPES[d], which[op], h, t, lat * 1e3) for op, d, h, t, lat in
+            zip(c["op_name"], c["bmm_dtype"], c["num_heads"], c["num_tokens"], c["latency"]) if d in DTYPES and op in which]
+
+
+def _moe(c: dict[str, list], opts: dict[str, Any]) -> list[tuple]:
+    short = {src: _short_moe_kernel(src) for src in set(c["kernel_source"])}
+    return [(DTYPES[d], short[src], dist, topk, e, h, inter, tp, ep, t, lat * 1e3)
+            for d, src, dist, topk, e, h, inter, tp, ep, t, lat in
+            zip(c["moe_dtype"], c["kernel_source"], c["distribution"], c["topk"], c["num_experts"], c["hidden_size"],
+                c["inter_size"], c["moe_tp_size"], c["moe_ep_size"], c["num_tokens"], c["latency"]) if d in DTYPES]
+
+
+def _wideep_moe(kernel: str) -> Converter:
+    """sglang's DeepEP expert compute (DeepGEMM grouped GEMMs after dispatch, no communication):
+    ``num_tokens`` is per-rank tokens x EP size, as in ``moe``; ``uniform`` is balanced routing."""
+
+    def convert(c: dict[str, list], opts: dict[str, Any]) -> list[tuple]:
+        return [(DTYPES[d], kernel, "balanced" if dist == "uniform" else dist, topk, e, h, inter, tp, ep, t, lat * 1e3)
+                for d, dist, topk, e, h, inter, tp, ep, t, lat in
+                zip(c["moe_dtype"], c["distribution"], c["topk"], c["num_experts"], c["hidden_size"], c["inter_size"],
+                    c["moe_tp_size"], c["moe_ep_size"], c["num_tokens"], c["latency"]) if d in DTYPES]
+
+    return convert
+
+
+def _custom_all_reduce(c: dict[str, list], opts: dict[str, Any]) -> list[tuple]:
+    backends = c.get("backend") or [""] * len(c["latency"])
+    rows = []
+    for src, backend, n, size, lat in zip(c["kernel_source"], backends, c["num_gpus"], c["message_size"], c["latency"]):
+        eager = str(src).endswith("_eager") or str(backend or "").endswith("_eager")
+        rows.append(("eager" if eager else "graph", n, size * 2, lat * 1e3))  # bf16 elements -> bytes
+    return rows
+
+
+def _nccl(c: dict[str, list], opts: dict[str, Any]) -> list[tuple]:
+    ops = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
+           "alltoall": "all_to_all"}
+    element = {"half": 2, "int8": 1}
+    return [(ops[op], DTYPES[d], n, size * element[d], lat * 1e3) for op, d, n, size, lat in
+            zip(c["op_name"], c["nccl_dtype"], c["num_gpus"], c["message_size"], c["latency"])
+            if op in ops and d in element]
+
+
+def _deepep_normal(c: dict[str, list], opts: dict[str, Any]) -> list[tuple]:
+    rows = []
+    for i in range(len(c["num_token"])):
+        shape = (c["hidden_size"][i], c["num_topk"][i], c["num_experts"][i])
+        for phase in ("dispatch", "combine"):
+            us = c[f"{phase}_transmit_us"][i] + (c[f"{phase}_notify_us"][i] or 0.0)
+            rows.append((phase, *shape, c["node_num"][i], c["num_token"][i], us))
+    return rows
+
+
+def _deepep_ll(c: dict[str, list], opts: dict[str, Any]) -> list[tuple]:
+    rows = []
+    for i in range(len(c["num_token"])):
+        shape = (c["hidden_size"][i], c["num_topk"][i], c["num_experts"][i])
+        for phase in ("dispatch", "combine"):
+            rows.append((phase, *shape, c["node_num"][i], c["num_token"][i], c[f"{phase}_avg_t_us"][i]))
+    return rows
+
+
+def _moe_a2a(mode: str) -> Converter:
+    """vLLM's and TensorRT-LLM's unified all-to-all table (microseconds): DeepEP high-throughput
+    rows as ``normal``, low-latency rows as ``ll``; FP8 dispatch and bf16 combine kept."""
+    wanted = {"dispatch": ("default", "fp8"), "combine": ("default", "bfloat16")}
+
+    def convert(c: dict[str, list], opts: dict[str, Any]) -> list[tuple]:
+        rows = []
+        for i, backend in enumerate(c["comm_backend"]):
+            is_ll = backend.endswith("_ll")
+            if (mode == "ll") != is_ll or not ("deepep" in backend) or c["comm_dtype"][i] not in wanted[c["phase"][i]]:
+                continue
+            rows.append((c["phase"][i], c["hidden_size"][i], c["topk"][i], c["num_experts"][i], c["node_num"][i],
+                         c["num_tokens"][i], c["latency"][i]))
+        return rows
+
+    return convert
+
+
+SOURCES: dict[str, list[tuple[str, str, tuple[str, ...], Converter]]] = {
+    # kind: [(family, file, columns, converter)], tried in order
+    "gemm": [("gemm", "gemm_perf.parquet", ("gemm_dtype", "m", "n", "k", "latency"), _gemm)],
+    "context_attention": [("attention", "context_attention_perf.parquet",
+                           ("kernel_source", "attn_dtype", "kv_cache_dtype", "num_heads", "num_key_value_heads",
+                            "head_dim", "isl", "batch_size", "latency"), _attention(True))],
+    "generation_attention": [("attention", "generation_attention_perf.parquet",
+                              ("kernel_source", "attn_dtype", "kv_cache_dtype", "num_heads", "num_key_value_heads",
+                               "head_dim", "isl", "step", "batch_size", "latency"), _attention(False))],
+    "context_mla": [("mla", "context_mla_perf.parquet",
+                     ("mla_dtype", "kv_cache_dtype", "num_heads", "isl", "batch_size", "latency"), _context_mla)],
+    "generation_mla": [("mla", "generation_mla_perf.parquet",
+                        ("kv_cache_dtype", "num_heads", "isl", "step", "batch_size", "latency"), _generation_mla)],
+    "mla_bmm": [("mla_bmm", "mla_bmm_perf.parquet", ("op_name", "bmm_dtype", "num_heads", "num_tokens", "latency"),
+                 _mla_bmm)],
+    "moe": [("moe", "moe_perf.parquet",
+             ("moe_dtype", "kernel_source", "distribution", "topk", "num_experts", "hidden_size", "inter_size",
+              "moe_tp_size", "moe_ep_size", "num_tokens", "latency"), _moe),
+            ("moe", "wideep_generation_moe_perf.parquet",
+             ("moe_dtype", "distribution", "topk", "num_experts", "hidden_size", "inter_size", "moe_tp_size",
+              "moe_ep_size", "num_tokens", "latency"), _wideep_moe("deepep_ll")),
+            ("moe", "wideep_context_moe_perf.parquet",
+             ("moe_dtype", "distribution", "topk", "num_experts", "hidden_size", "inter_size", "moe_tp_size",
+              "moe_ep_size", "num_tokens", "latency"), _wideep_moe("deepep_normal"))],
+    "all_reduce": [("comm", "custom_allreduce_perf.parquet", ("kernel_source", "num_gpus", "message_size", "latency"),
+                    _custom_all_reduce)],
+    "deepep_normal": [("comm", "wideep_deepep_normal_perf.parquet",
+                       ("node_num", "hidden_size", "num_token", "num_topk", "num_experts", "dispatch_transmit_us",
+                        "dispatch_notify_us", "combine_transmit_us", "combine_notify_us"), _deepep_normal),
+                      ("comm", "moe_a2a_perf.parquet",
+                       ("comm_backend", "phase", "comm_dtype", "node_num", "hidden_size", "topk", "num_experts",
+                        "num_tokens", "latency"), _moe_a2a("normal"))],
+    "deepep_ll": [("comm", "wideep_deepep_ll_perf.parquet",
+                   ("node_num", "hidden_size", "num_token", "num_topk", "num_experts", "dispatch_avg_t_us",
+                    "combine_avg_t_us"), _deepep_ll),
+                  ("comm", "moe_a2a_perf.parquet",
+                   ("comm_backend", "phase", "comm_dtype", "node_num", "hidden_size", "topk", "num_experts",
+                    "num_tokens", "latency"), _moe_a2a("ll"))],
+}
+OPTIONAL_COLUMNS = {"window_size", "backend"}
+
+
+def _columns_of(path: Path, columns: tuple[str, ...]) -> dict[str, list]:
+    import pyarrow.parquet as pq
+
+    present = set(pq.read_schema(path).names)
+    extra = [c for c in OPTIONAL_COLUMNS if c in present]
+    return _read(path, (*columns, *extra))
+
+
+def load(kind_name: str, system: str, engine: str, version: str, options: dict[str, Any] | None = None) -> KernelTable:
+    """The ``kind_name`` table for ``engine`` ``version`` on ``system`` (older versions fill
+    the slices it lacks). NCCL tables belong to the system, not the engine."""
+    root = data_root()
+    table = KernelTable(kind_name)
+    if root is None:
+        return table
+    opts = options or {}
+    if kind_name == "nccl":
+        path = _nccl_path(root, system)
+        if path is not None:
+            table.add_rows(_nccl(_read(path, ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency")), opts),
+                           f"NCCL {path.parent.name}")
+        return table
+    newer_first = [v for v in engine_versions(system, engine) if _version_key(v) <= _version_key(version)]
+    for family, filename, columns, convert in SOURCES.get(kind_name, []):
+        for v in newer_first:
+            path = root / system / family / engine / v / filename
+            if path.is_file():
+                combine = min if kind_name == "deepep_normal" else None
+                table.add_rows(convert(_columns_of(path, columns), opts), f"{engine} {v}", combine=combine)
+    return table
+
+
+def _nccl_path(root: Path, system: str) -> Path | None:
+    """The NCCL table the system's profile names (``misc.nccl_version``), else the newest."""
+    base = root / system / "comm" / "nccl"
+    if not base.is_dir():
+        return None
+    named = None
+    yaml_file = root.parent / f"{system}.yaml"
+    if yaml_file.is_file():
+        for line in yaml_file.read_text().splitlines():
+            if line.strip().startswith("nccl_version:"):
+                named = line.split(":", 1)[1].strip().strip("'\"")
+    versions = sorted((d.name for d in base.iterdir() if (d / "nccl_perf.parquet").is_file()), key=_version_key)
+    if not versions:
+        return None
+    chosen = named if named in versions else versions[-1]
+    return base / chosen / "nccl_perf.parquet"
+
+
+def nearest(values: Iterable[float], x: float) -> float:
+    """The value closest to ``x`` in log space."""
+    return min(values, key=lambda v: abs(math.log(v) - math.log(x)))

@@ -1,0 +1,114 @@
+"""One step's time from its priced operators: streams, overlap, and the host around them.
+
+- The GPU runs the compute and communication kernels one after the other, or, with two-batch
+  overlap, two micro-batches with one computing while the other communicates.
+- Launched eagerly (prefill without CUDA graphs), every kernel costs the host
+  ``engine.eager_launch`` to issue; the host runs ahead of the GPU, so within each decoder
+  layer the GPU waits for whichever is slower: the layer takes max(GPU time, launches x
+  launch time). The excess is reported as its own row.
+- Every step also waits for the engine's host work between steps (scheduling, sampling),
+  ``engine.step``, and a client-measured TTFT adds the per-request work ``engine.request``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from infercast.cost import cost_of
+from infercast.costmodel import CostModel, Phase, Priced
+from infercast.trace import OpRecord
+
+Priced_ = list[tuple[OpRecord, Priced]]
+
+
+@dataclass(frozen=True)
+class HostRow:
+    name: str
+    seconds: float
+    source: str
+
+
+@dataclass
+class StepTime:
+    priced: Priced_
+    compute_s: float
+    communication_s: float
+    gpu_s: float
+    """The kernels' time on the GPU, overlap applied."""
+    host: list[HostRow]
+
+    @property
+    def seconds(self) -> float:
+        return self.gpu_s + sum(h.seconds for h in self.host)
+
+
+def price_records(records: list[OpRecord], model: CostModel, phase: Phase) -> Priced_:
+    return [(r, model.price(r, phase)) for r in records]
+
+
+def forward_seconds(records: list[OpRecord], model: CostModel, phase: Phase) -> float:
+    """The kernels of one forward, back to back (no host time)."""
+    return sum(model.price(r, phase).seconds * r.count for r in records)
+
+
+def streams(priced: Priced_) -> tuple[float, float]:
+    compute = sum(p.seconds * r.count for r, p in priced if p.bound != "communication")
+    comm = sum(p.seconds * r.count for r, p in priced if p.bound == "communication")
+    return compute, comm
+
+
+def two_batch_overlap(micro: Priced_, whole: Priced_) -> float:
+    """Two micro-batches pipelined through the decoder layers: while one computes, the other
+    communicates. With one micro-batch's compute C and communication M in a layer, the longer
+    stream runs back to back for both micro-batches, 2 max(C, M) per layer, and the pipeline
+    fills and drains once, min(C, M) of the first layer. ``micro`` is one micro-batch priced
+    on its own (each kernel at half the batch, so fixed costs and weight reads are paid
+    twice); what runs outside the decoder layers (embedding, head) comes from ``whole``."""
+    per_layer: dict[tuple, list] = {}
+    for r, p in micro:
+        if r.layer is None:
+            continue
+        c_m = per_layer.setdefault(r.layers or (r.layer,), [0.0, 0.0, r.count])
+        c_m[1 if p.bound == "communication" else 0] += p.seconds
+    total = sum(p.seconds * r.count for r, p in whole if r.layer is None)
+    for compute, comm, count in per_layer.values():
+        total += 2 * max(compute, comm) * count
+    if per_layer:
+        compute, comm, _ = next(iter(per_layer.values()))
+        total += min(compute, comm)
+    return total
+
+
+def exposed_launch(priced: Priced_, launch_s: float) -> float:
+    """Host launch time the GPU waits for, per decoder layer (and once for what runs outside
+    the layers): max(0, kernels x launch time - GPU time)."""
+    if launch_s <= 0:
+        return 0.0
+    groups: dict[tuple, list] = defaultdict(lambda: [0.0, 0, 1])
+    for r, p in priced:
+        key = r.layers or ((r.layer,) if r.layer is not None else ("outside", r.path.split(".")[0]))
+        g = groups[key]
+        g[0] += p.seconds * (1 if r.layer is not None else r.count)
+        g[1] += cost_of(r).kernels * (1 if r.layer is not None else r.count)
+        g[2] = r.count if r.layer is not None else 1
+    return sum(max(0.0, kernels * launch_s - gpu) * count for gpu, kernels, count in groups.values())
+
+
+def step_time(priced: Priced_, model: CostModel, phase: Phase, *, micro: Priced_ | None = None,
+              host_step: bool = True, requests: int = 1) -> StepTime:
+    """The step's time: GPU streams (overlapped when ``micro`` gives the micro-batch), exposed
+    eager launches, and the engine's per-step host time (``requests`` running on this rank)."""
+    compute, comm = streams(priced)
+    gpu = two_batch_overlap(micro, priced) if micro is not None else compute + comm
+    engine = model.engine
+    host = []
+    if not phase.graph:
+        exposed = exposed_launch(priced, engine.eager_launch.seconds)
+        if exposed > 0:
+            host.append(HostRow("host: eager kernel launches not hidden by GPU time", exposed,
+                                engine.eager_launch.source))
+    if host_step and engine.step.at(requests):
+        host.append(HostRow("host: scheduling, input preparation and sampling per step", engine.step.at(requests),
+                            engine.step.source))
+    return StepTime(priced, compute, comm, gpu, host)

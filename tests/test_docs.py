@@ -77,3 +77,16 @@ def test_packages_are_versioned_in_lockstep_with_exact_pins() -> None:
             name = re.split(r"[<>=!~\[ ]", requirement, maxsplit=1)[0]
             if name in members:
                 assert requirement == f"{name}=={version}", f"{project['name']} pins {requirement}"
+
+
+@pytest.mark.parametrize("flag", ["--engine", "--engine-version", "--calibration", "--cost-model",
+                                  "--expert-imbalance"])
+def test_cost_model_flags_are_documented(flag: str) -> None:
+    from infercast.cli import build_parser
+
+    parser = build_parser()
+    simulate = next(a for a in parser._subparsers._group_actions[0].choices.items() if a[0] == "simulate")[1]
+    assert any(flag in action.option_strings for action in simulate._actions)
+    docs = (ROOT / "docs" / "simulate.md").read_text()
+    assert f"`{flag}" in docs
+    assert "`source`" in docs and "`measured`" in docs and "`analytic`" in docs

@@ -5,11 +5,22 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import replace
 
 import pytest
 
 from infercast.cli import main
-from infercast.plan import Config, Layout, Planner, PlanRequest, SpecChoice, pareto, sglang_command, vllm_command
+from infercast.plan import (
+    Config,
+    Layout,
+    Planner,
+    PlanRequest,
+    SpecChoice,
+    launch_commands,
+    pareto,
+    sglang_command,
+    vllm_command,
+)
 from infercast.simulate import UserInput
 
 # From sglang's documented server arguments (docs/advanced_features/server_arguments.md).
@@ -131,3 +142,12 @@ def test_bad_plan_input_exits_2(capsys, argv, message) -> None:
     assert main(["plan", "meta-llama/Llama-3.1-8B-Instruct", "--device", "H100", "--no-plot", *argv]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert re.search(message, err), err
+
+
+def test_the_launch_command_follows_the_engine() -> None:
+    config = Config(Layout(16, 8, 2, 16), None, 64, None)
+    for engine in ("sglang", "vllm", "trtllm"):
+        commands = launch_commands(replace(SMALL, engine=engine), config, 8)
+        assert list(commands)[0] == engine and set(commands) == {"sglang", "vllm", "trtllm"}
+    trt = launch_commands(replace(SMALL, engine="trtllm"), config, 8)["trtllm"]
+    assert trt[:2] == ["trtllm-serve", SMALL.model] and trt[trt.index("--ep_size") + 1] == "16"

@@ -24,7 +24,21 @@ def test_chain_rates_give_one_plus_the_sum_of_prefix_products() -> None:
     assert acc.ChainRates((0.8, 0.5, 0.25)).expected_accept_length(s) == pytest.approx(1 + 0.8 + 0.4 + 0.1)
     a = 0.6  # constant rate: the closed form (1 - a^(s+1)) / (1 - a)
     assert acc.ChainRates((a,) * 3).expected_accept_length(s) == pytest.approx((1 - a ** 4) / (1 - a))
-    assert acc.constant_rate((1 - a ** 4) / (1 - a), 3) == pytest.approx(a, abs=1e-9)
+
+
+def test_one_mtp_module_gains_less_at_each_depth() -> None:
+    """DeepSeek's single MTP module, reused for deeper drafts, follows the published per-depth
+    shape (TensorRT-LLM, DeepSeek-R1, 1..5 steps), not a constant rate: 1.875 at one step grows
+    by under 0.6 to two steps and by less after, far from the constant rate's 3.31 at three."""
+    mtp = acc.preset("deepseek-v3-mtp").model()
+    lengths = [mtp.expected_accept_length(acc.settings(s)) for s in range(1, 6)]
+    gains = [b - a for a, b in zip(lengths, lengths[1:])]
+    assert lengths[0] == pytest.approx(1.875)
+    assert all(g > 0 for g in gains) and gains[0] < 0.6 and gains[-1] < 0.05
+    prefix = [p for p in acc.MTP_DEPTHS]
+    scale = 0.875 / 0.92
+    assert lengths[2] == pytest.approx(1 + sum(p * scale ** (j + 1) for j, p in enumerate(prefix[:3])))
+    assert lengths[2] < 3.0
 
 
 def test_a_tree_sums_the_path_probabilities_of_its_best_nodes() -> None:
@@ -41,8 +55,11 @@ def test_a_tree_sums_the_path_probabilities_of_its_best_nodes() -> None:
 def test_presets_reproduce_their_published_accept_length_at_their_setting() -> None:
     preset = acc.preset("kimi-k2.5-eagle3-mla/gsm8k")
     assert preset.model().expected_accept_length(acc.settings(3)) == pytest.approx(3.017, abs=1e-6)
+    rates = preset.rates(5)  # no per-depth figures published for this draft: the stated decay model
+    assert [b / a for a, b in zip(rates, rates[1:])] == pytest.approx([acc.DEPTH_DECAY] * 4)
     one_step = preset.model().expected_accept_length(acc.settings(1))
-    assert 1.0 < one_step < 2.0 and one_step == pytest.approx(1 + acc.constant_rate(3.017, 3))
+    assert one_step == pytest.approx(1 + rates[0]) and 1.0 < one_step < 2.0
+    assert "extrapolated from s3 to s1" in preset.describe(1) and "extrapolated" not in preset.describe(3)
     assert acc.preset("deepseek-v3-mtp").model().expected_accept_length(acc.settings(1)) == pytest.approx(1.875)
     with pytest.raises(InfercastError, match="unknown acceptance preset 'nope'; presets: kimi-k2.5-eagle3-mla/mtbench"):
         acc.preset("nope")

@@ -10,8 +10,9 @@ engines' definition). Models, from what a user knows:
   candidate at depth d is the accepted child of an accepted parent. The tree holds the
   num_draft_tokens - 1 nodes of highest path probability and E = 1 + the sum of their path
   probabilities (Sequoia, arXiv 2402.12374, Prop. 3.4);
-- presets: published accept lengths, turned into a constant per-position rate at the setting
-  they were measured at, so they carry over to other chain lengths (an assumption, stated).
+- presets: published accept lengths at the setting they were measured at, carried to other
+  depths by the draft's published per-depth shape or, without one, a stated decay model
+  (:class:`Preset`); the output says when a setting is extrapolated.
 """
 
 from __future__ import annotations
@@ -114,28 +115,79 @@ class TreeMatrix:
         return "depth x rank matrix " + "; ".join(",".join(f"{v:g}" for v in row) for row in self.matrix)
 
 
-def constant_rate(accept_length: float, num_steps: int) -> float:
-    """The per-position rate a with (1 - a^(s+1)) / (1 - a) = accept_length (bisection)."""
-    if not 1.0 <= accept_length <= num_steps + 1:
-        raise InfercastError(f"accept length {accept_length:g} is outside [1, {num_steps + 1}]")
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        value = sum(mid ** j for j in range(num_steps + 1))
-        lo, hi = (mid, hi) if value < accept_length else (lo, mid)
-    return (lo + hi) / 2
+DEPTH_DECAY = 0.96
+"""Per-depth fall of conditional acceptance where a draft's own per-depth figures are not
+published: EAGLE's n-alpha on MT-bench (T = 0) fell from 0.79 at depth 1 to 0.67 at depth 5 for
+Vicuna-7B, (0.67 / 0.79)^(1/4) = 0.96 per depth (Li et al., EAGLE, arXiv 2401.15077, Table 2)."""
+
+MTP_DEPTHS = (0.92, 0.66, 0.24, 0.17, 0.02)
+"""DeepSeek-R1's MTP on 8 x B200 in TensorRT-LLM: accept length 1.92, 2.58, 2.82, 2.99, 3.01 with
+1..5 MTP steps (TensorRT-LLM tech blog 1, 'Pushing latency boundaries ... on B200 GPUs'); their
+differences are the probabilities that the first j drafts are all accepted."""
+
+
+def chain_from_prefix(prefix: tuple[float, ...]) -> tuple[float, ...]:
+    """Conditional per-position rates from P(first j drafts accepted), j = 1, 2, ..."""
+    rates, previous = [], 1.0
+    for p in prefix:
+        rates.append(min(1.0, p / previous) if previous > 0 else 0.0)
+        previous = p
+    return tuple(rates)
 
 
 @dataclass(frozen=True)
 class Preset:
+    """A published accept length at one setting, and how acceptance changes with depth: the
+    draft's own per-depth shape when one is published (``depth_shape``, conditional rates),
+    else a geometric decay of :data:`DEPTH_DECAY` per depth. The shape is scaled so the
+    published accept length holds at the published depth."""
+
     name: str
     accept_length: float
     num_steps: int
     source: str
+    depth_shape: tuple[float, ...] | None = None
+    depth_source: str = ""
 
-    def model(self) -> ChainRates:
-        a = constant_rate(self.accept_length, self.num_steps)
-        return ChainRates((a,) * 16)
+    def _shape(self, depth: int) -> list[float]:
+        shape = list(self.depth_shape or ())
+        while len(shape) < depth:  # past what is published: the decay model
+            shape.append((shape[-1] if shape else 1.0) * DEPTH_DECAY)
+        return shape[:depth]
+
+    def rates(self, depth: int) -> tuple[float, ...]:
+        """Conditional rates for depths 1..``depth``, scaled to reproduce the published length."""
+        shape = self._shape(max(depth, self.num_steps))
+
+        def length(scale: float) -> float:
+            total, prefix = 1.0, 1.0
+            for r in shape[: self.num_steps]:
+                prefix *= min(1.0, r * scale)
+                total += prefix
+            return total
+
+        if not 1.0 <= self.accept_length <= self.num_steps + 1:
+            raise InfercastError(f"preset {self.name}: accept length {self.accept_length:g} is outside "
+                                 f"[1, {self.num_steps + 1}]")
+        lo, hi = 0.0, 1.0 / min(shape[: self.num_steps])
+        for _ in range(80):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if length(mid) < self.accept_length else (lo, mid)
+        scale = (lo + hi) / 2
+        return tuple(min(1.0, r * scale) for r in shape[:depth])
+
+    def model(self, depth: int = 16) -> ChainRates:
+        return ChainRates(self.rates(depth))
+
+    def describe(self, num_steps: int) -> str:
+        how = (f"per-depth shape from {self.depth_source}" if self.depth_shape else
+               f"conditional acceptance decaying x{DEPTH_DECAY} per depth (EAGLE, arXiv 2401.15077, Table 2)")
+        where = "at the published depth" if num_steps == self.num_steps else (
+            f"extrapolated from s{self.num_steps} to s{num_steps}")
+        beyond = " (beyond the published depths: the decay model)" if self.depth_shape and num_steps > len(
+            self.depth_shape) else ""
+        return (f"preset {self.name}: accept length {self.accept_length:g} at s{self.num_steps} ({self.source}); "
+                f"{where} with {how}{beyond}")
 
 
 def _presets() -> dict[str, Preset]:
@@ -158,7 +210,9 @@ def _presets() -> dict[str, Preset]:
         presets[draft] = Preset(draft, round(mean, 3), 3, f"{source}: mean over {', '.join(datasets)}, s3 k1 n4")
     # DeepSeek-V3 report: the second token of its one MTP module is accepted 85-90% of the time.
     presets["deepseek-v3-mtp"] = Preset("deepseek-v3-mtp", 1.875, 1, "DeepSeek-V3 technical report: 85-90% "
-                                        "second-token acceptance, midpoint, 1 MTP step")
+                                        "second-token acceptance, midpoint, 1 MTP step",
+                                        depth_shape=chain_from_prefix(MTP_DEPTHS),
+                                        depth_source="DeepSeek-R1 MTP 1..5 steps in TensorRT-LLM (tech blog 1)")
     return presets
 
 

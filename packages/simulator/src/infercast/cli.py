@@ -61,15 +61,17 @@ def _cmd_devices(args: argparse.Namespace, console: Console) -> int:
         print(json.dumps([d.to_dict() for d in devices], indent=2))
         return 0
     table = Table(title="devices")
-    for column in ("name", "bf16 TFLOP/s", "fp8/int8", "memory GB", "HBM TB/s", "scale-up GB/s", "per node"):
+    for column in ("name", "bf16 TFLOP/s", "fp8/int8", "memory GB", "HBM TB/s", "scale-up GB/s", "per node",
+                   "measured tables"):
         table.add_column(column, overflow="fold")
     for d in devices:
         low = d.peak_flops_per_s.get("fp8") or d.peak_flops_per_s.get("int8")
         table.add_row(d.name, f"{d.peak('bf16') / 1e12:.0f}", f"{low / 1e12:.0f}" if low else "-",
                       f"{d.memory_bytes / 1e9:.0f}", f"{d.hbm_bandwidth_bytes_per_s / 1e12:.2f}",
-                      f"{d.scale_up_bandwidth_bytes_per_s / 1e9:.0f}", str(d.devices_per_node))
+                      f"{d.scale_up_bandwidth_bytes_per_s / 1e9:.0f}", str(d.devices_per_node),
+                      d.kernel_tables or "none: analytic")
     console.print(table)
-    console.print("Efficiencies and per-kernel costs are calibrated, not specified: see `infercast devices --json`.")
+    console.print("Efficiencies and fixed costs are measured, not specified; their sources: `infercast devices --json`.")
     return 0
 
 
@@ -192,7 +194,7 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
         TimeElapsedColumn,
     )
 
-    from infercast.plan import Planner, PlanRequest, plot, sglang_command, vllm_command
+    from infercast.plan import Planner, PlanRequest, launch_commands, plot
     from infercast.simulate import UserInput
 
     spec_user = None
@@ -221,8 +223,7 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
     spec = planner.spec_request
     launch = {}
     if result.best is not None:
-        launch = {"sglang": sglang_command(request, result.best, planner.device.devices_per_node, spec),
-                  "vllm": vllm_command(request, result.best, spec)}
+        launch = launch_commands(request, result.best, planner.device.devices_per_node, spec)
     plots = [] if args.no_plot else plot(result, args.plot)
     if args.json:
         print(json.dumps({
@@ -395,7 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=_cmd_models)
     p = sub.add_parser("devices", help="list device profiles")
-    p.add_argument("--json", action="store_true", help="print JSON, calibration sources included")
+    p.add_argument("--json", action="store_true", help="print JSON, efficiency sources included")
     p.set_defaults(handler=_cmd_devices)
     p = sub.add_parser("simulate", help="simulate one serving step (default: Kimi-K2.5 on 8 x H200, TP8, decode)")
     add_simulate_arguments(p)

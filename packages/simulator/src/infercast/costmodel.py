@@ -173,6 +173,11 @@ def _measured_tables(device: DeviceSpec, engine: Engine, version: str | None, no
         notes.append("aiconfigurator-core is not installed: every operator is priced analytically "
                      "(pip install aiconfigurator-core)")
         return None
+    from infercast.kernels import aiconfigurator
+
+    if version is None and not aiconfigurator.default_version(device.kernel_tables, engine.tables):
+        notes.append(f"no {engine.name} kernel tables for {device.name}: every operator is priced analytically")
+        return None
     return MeasuredTables(device.kernel_tables, engine, version)
 
 

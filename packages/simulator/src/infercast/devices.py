@@ -73,13 +73,18 @@ BLACKWELL_B200 = Efficiency(
     link=0.802, scale_out=0.8, collective_floor_s=7.00e-6,
     source=AIC.format(system="b200_sxm", version="0.5.14") + "; fp4 has no table and uses the bf16 figure",
 )
-MI300X_UNMEASURED = Efficiency(
-    gemm={"bf16": 0.5}, attention=0.5, memory=0.8, kernel_fixed_s=4e-6, link=0.7, scale_out=0.8, collective_floor_s=10e-6,
-    source="PLACEHOLDER",
+MI300X_MEASURED = replace(
+    HOPPER_H100, gemm={"bf16": 0.54, "fp8": 0.49},
+    source="GEMMs: AMD's max-achievable FLOPs with hipBLASLt on an MI300X, bf16 708 TFLOP/s = 0.54 of 1307 and fp8 "
+    "1273 = 0.49 of 2615 (ROCm blogs, 'Measuring max-achievable FLOPs, part 2', 2025-02-28). No MI300X attention, "
+    "memory or collective measurement was found: those are the H100 figures, an assumption: " + HOPPER_H100.source,
 )
-ASCEND_UNMEASURED = Efficiency(
-    gemm={"bf16": 0.5}, attention=0.5, memory=0.8, kernel_fixed_s=4e-6, link=0.7, scale_out=0.8, collective_floor_s=10e-6,
-    source="PLACEHOLDER",
+ASCEND_A3_MEASURED = replace(
+    HOPPER_H100, gemm={"bf16": 0.89, "fp16": 0.89},
+    source="GEMMs: an Ascend 910B2 ran a 4096^3 bf16 torch matmul at 315 TFLOP/s (community data, "
+    "zzc0721/torch-performance-test-data issue #109), 0.89 of the 354 TFLOP/s bf16 of an A3 die; assumed to "
+    "carry over to the A3 die. No Ascend attention, memory or collective measurement was found: those are the "
+    "H100 figures, an assumption: " + HOPPER_H100.source,
 )
 H20_CAPPED = replace(
     HOPPER_H100, gemm={"bf16": 0.85, "fp8": 0.85, "fp8_block": 0.85, "int8": 0.85}, attention=0.73,
@@ -208,12 +213,12 @@ BUILTIN_DEVICES: tuple[DeviceSpec, ...] = (
         sources={"peaks, memory, NVLink5": NVIDIA_SPEC, "scale-out": "400 Gb/s per GPU typical"},
     ),
     DeviceSpec(
-        name="MI300X",
+        name="MI300X", sm_count=304,
         peak_flops_per_s={"bf16": 1307 * T, "fp16": 1307 * T, "fp8": 2615 * T, "int8": 2615 * T},
         memory_bytes=192 * GB, hbm_bandwidth_bytes_per_s=5.3 * TB,
         scale_up_bandwidth_bytes_per_s=448 * GB, scale_up_latency_s=3e-6,
         scale_out_bandwidth_bytes_per_s=IB_400G, scale_out_latency_s=10e-6,
-        devices_per_node=8, efficiency=MI300X_UNMEASURED,
+        devices_per_node=8, efficiency=MI300X_MEASURED,
         sources={"peaks, memory, Infinity Fabric (aggregate)": "AMD data sheet, via shared/reference/devices.md"},
     ),
     DeviceSpec(
@@ -222,7 +227,7 @@ BUILTIN_DEVICES: tuple[DeviceSpec, ...] = (
         memory_bytes=64 * GIB, hbm_bandwidth_bytes_per_s=1.6 * TIB,
         scale_up_bandwidth_bytes_per_s=196 * GB, scale_up_latency_s=5e-6,
         scale_out_bandwidth_bytes_per_s=IB_400G, scale_out_latency_s=15e-6,
-        devices_per_node=16, super_node_size=384, efficiency=ASCEND_UNMEASURED,
+        devices_per_node=16, super_node_size=384, efficiency=ASCEND_A3_MEASURED,
         sources={"peaks, memory, HCCS": "Huawei Atlas 800 A3 figures per die, via shared/reference/devices.md",
                  "node": "8 two-die chips = 16 dies per server; CloudMatrix384 super-node: 384 NPUs"},
     ),
@@ -232,7 +237,7 @@ BUILTIN_DEVICES: tuple[DeviceSpec, ...] = (
         memory_bytes=64 * GIB, hbm_bandwidth_bytes_per_s=1.6 * TIB,
         scale_up_bandwidth_bytes_per_s=196 * GB, scale_up_latency_s=5e-6,
         scale_out_bandwidth_bytes_per_s=IB_400G, scale_out_latency_s=15e-6,
-        devices_per_node=16, super_node_size=384, efficiency=ASCEND_UNMEASURED,
+        devices_per_node=16, super_node_size=384, efficiency=ASCEND_A3_MEASURED,
         sources={"peaks, memory, HCCS": "Huawei Atlas 800 A3 figures per die, via shared/reference/devices.md",
                  "node": "8 two-die chips = 16 dies per server; CloudMatrix384 super-node: 384 NPUs"},
     ),

@@ -349,6 +349,27 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
     return cmd
 
 
+def trtllm_command(request: PlanRequest, config: Config, spec: Any = None) -> list[str]:
+    """TensorRT-LLM's OpenAI server (``trtllm-serve``, PyTorch backend); speculative settings
+    go in an ``--extra_llm_api_options`` YAML file, named here."""
+    layout = config.layout
+    cmd = ["trtllm-serve", request.model, "--backend", "pytorch", "--tp_size", str(layout.num_devices)]
+    if layout.ep > 1:
+        cmd += ["--ep_size", str(layout.ep)]
+    cmd += ["--max_batch_size", str(config.batch)]
+    if config.spec is not None:
+        cmd += ["--extra_llm_api_options", "speculative.yaml"]
+    return cmd
+
+
+def launch_commands(request: PlanRequest, config: Config, devices_per_node: int, spec: Any = None) -> dict[str, list[str]]:
+    """The chosen engine's launch command first, then the other engines' equivalents."""
+    commands = {"sglang": sglang_command(request, config, devices_per_node, spec),
+                "vllm": vllm_command(request, config, spec), "trtllm": trtllm_command(request, config, spec)}
+    first = request.engine if request.engine in commands else "sglang"
+    return {first: commands[first], **{k: v for k, v in commands.items() if k != first}}
+
+
 def vllm_command(request: PlanRequest, config: Config, spec: Any = None) -> list[str]:
     """The vLLM equivalent (``vllm serve ...``)."""
     import json

@@ -520,8 +520,7 @@ def speculative_request(user: UserInput, text: Any, profile: Any, manager: Any) 
                 f"--acceptance-rates, --acceptance-matrix, --accept-length-from or --acceptance-preset "
                 f"({', '.join(acc.PRESETS)})")
         found = acc.preset(name)
-        source = (f"preset {found.name}: accept length {found.accept_length:g} at s{found.num_steps} "
-                  f"({found.source}), as a constant per-position rate")
+        source = found.describe(settings.num_steps)
         model = found.model()
     tau = model.expected_accept_length(settings)
     return SpecRequest("MTP" if mtp else algorithm, None if mtp else user.speculative_draft_model, draft_config,

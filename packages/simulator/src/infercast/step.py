@@ -59,25 +59,34 @@ def streams(priced: Priced_) -> tuple[float, float]:
 
 
 def two_batch_overlap(micro: Priced_, whole: Priced_) -> float:
-    """Two micro-batches pipelined through the decoder layers: while one computes, the other
-    communicates. With one micro-batch's compute C and communication M in a layer, the longer
-    stream runs back to back for both micro-batches, 2 max(C, M) per layer, and the pipeline
-    fills and drains once, min(C, M) of the first layer. ``micro`` is one micro-batch priced
-    on its own (each kernel at half the batch, so fixed costs and weight reads are paid
-    twice); what runs outside the decoder layers (embedding, head) comes from ``whole``."""
-    per_layer: dict[tuple, list] = {}
+    """Two micro-batches A and B on a compute stream and a communication stream, as sglang's
+    two-batch overlap runs them: each decoder layer of one micro-batch is a chain of compute
+    and communication segments (split at every collective); the compute stream runs A's
+    first segment, then B's, then A's next, ...; each stream runs its segments in that order,
+    and a segment also waits for the previous segment of its own micro-batch. ``micro`` is
+    one micro-batch priced on its own (each kernel at half the batch, so fixed costs and
+    weight reads are paid twice); what runs outside the decoder layers (embedding, head)
+    comes from ``whole``, unsplit, before and after."""
+    by_layer: dict[int, list[tuple[bool, float]]] = defaultdict(list)
     for r, p in micro:
         if r.layer is None:
             continue
-        c_m = per_layer.setdefault(r.layers or (r.layer,), [0.0, 0.0, r.count])
-        c_m[1 if p.bound == "communication" else 0] += p.seconds
-    total = sum(p.seconds * r.count for r, p in whole if r.layer is None)
-    for compute, comm, count in per_layer.values():
-        total += 2 * max(compute, comm) * count
-    if per_layer:
-        compute, comm, _ = next(iter(per_layer.values()))
-        total += min(compute, comm)
-    return total
+        comm = p.bound == "communication"
+        for index in r.layers or (r.layer,):
+            segments = by_layer[index]
+            if segments and segments[-1][0] == comm:
+                segments[-1] = (comm, segments[-1][1] + p.seconds)
+            else:
+                segments.append((comm, p.seconds))
+    free = {False: 0.0, True: 0.0}  # when each stream is next free
+    ready = [0.0, 0.0]  # when each micro-batch's previous segment ends
+    for index in sorted(by_layer):
+        for comm, seconds in by_layer[index]:
+            for mb in (0, 1):
+                start = max(free[comm], ready[mb])
+                free[comm] = ready[mb] = start + seconds
+    outside = sum(p.seconds * r.count for r, p in whole if r.layer is None)
+    return max(ready) + outside
 
 
 def exposed_launch(priced: Priced_, launch_s: float) -> float:

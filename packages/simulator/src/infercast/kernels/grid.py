@@ -7,18 +7,15 @@ turn and blends the two neighbours geometrically in log(size):
     w = (ln x - ln x0) / (ln x1 - ln x0),   t = t0^(1 - w) * t1^w
 
 which returns the stored value on a grid point and a value between t0 and t1 between them
-(monotone along the axis). Where the data is ragged (one neighbour has no sub-grid covering
-the rest of the query) the surviving neighbour is used, scaled by the analytic shape of the
-kernel. Outside the measured range the coordinate is clamped to the edge and the edge value
-is scaled by ``shape(query) / shape(edge)``: the kernel keeps the utilisation it had at the
-edge of what was measured. Every answer says whether it was exact, interpolated or
-extrapolated.
+(monotone along the axis). Outside the measured range of an axis (or of a ragged row of the
+grid) the coordinate is clamped to the edge and the edge value scaled by ``shape(query) /
+shape(edge)``: the kernel keeps the utilisation it had at the edge of what was measured.
+Every answer says whether it was exact, interpolated or extrapolated.
 """
 
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -51,18 +48,18 @@ class Grid:
         self.axes = tuple(axes)
         self.size = len(points)
         self._points = points
-        self._root = _Node(sorted(points.items()), 0, len(self.axes))
+        self._root = _Node(list(points.items()), 0, len(self.axes))
 
     def points(self) -> list[tuple[tuple[float, ...], float]]:
         return sorted(self._points.items())
 
-    def query(self, coords: Sequence[float], shape: Shape) -> Answer | None:
-        """The value at ``coords`` (None when nothing in the grid can anchor it)."""
+    def query(self, coords: Sequence[float], shape: Shape) -> Answer:
+        """The value at ``coords``."""
         if len(coords) != len(self.axes):
             raise ValueError(f"expected {len(self.axes)} coordinates ({', '.join(self.axes)}), got {len(coords)}")
         return self._query(self._root, tuple(float(c) for c in coords), 0, shape)
 
-    def _query(self, node, q: tuple[float, ...], depth: int, shape: Shape) -> Answer | None:
+    def _query(self, node, q: tuple[float, ...], depth: int, shape: Shape) -> Answer:
         if depth == len(self.axes):
             return Answer(float(node), EXACT)
         keys, nodes = node.keys, node.children
@@ -74,19 +71,12 @@ class Grid:
             edge = 0 if i == 0 else len(keys) - 1
             at_edge = q[:depth] + (keys[edge],) + q[depth + 1:]
             inner = self._query(nodes[edge], at_edge, depth + 1, shape)
-            if inner is None:
-                return None
             return Answer(inner.value * _ratio(shape, q, at_edge), EXTRAPOLATED)
         x0, x1 = keys[i - 1], keys[i]
         q0 = q[:depth] + (x0,) + q[depth + 1:]
         q1 = q[:depth] + (x1,) + q[depth + 1:]
         lo = self._query(nodes[i - 1], q0, depth + 1, shape)
         hi = self._query(nodes[i], q1, depth + 1, shape)
-        if lo is None and hi is None:
-            return None
-        if lo is None or hi is None:  # ragged data: scale the neighbour that exists
-            known, at = (hi, q1) if lo is None else (lo, q0)
-            return Answer(known.value * _ratio(shape, q, at), _worse(known.quality, INTERPOLATED))
         w = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
         value = math.exp((1.0 - w) * math.log(lo.value) + w * math.log(hi.value))
         return Answer(value, _worse(_worse(lo.quality, hi.quality), INTERPOLATED))
@@ -99,11 +89,11 @@ class _Node:
     __slots__ = ("keys", "_groups", "_children", "_depth", "_axes")
 
     def __init__(self, items: list[tuple[tuple[float, ...], float]], depth: int, axes: int) -> None:
-        self.keys: list[float] = []
-        self._groups: list[list] = []
-        for key, group in itertools.groupby(items, key=lambda item: item[0][depth]):
-            self.keys.append(key)
-            self._groups.append(list(group))
+        groups: dict[float, list] = {}
+        for item in items:
+            groups.setdefault(item[0][depth], []).append(item)
+        self.keys: list[float] = sorted(groups)
+        self._groups: list[list] = [groups[key] for key in self.keys]
         self._children: list | None = None
         self._depth, self._axes = depth, axes
 

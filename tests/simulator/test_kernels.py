@@ -1,0 +1,154 @@
+"""Measured kernel tables: interpolation, the aiconfigurator-core reader, calibration files and
+the order in which sources price an operator."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from infercast_adapters import InfercastError
+
+from infercast.costmodel import CostModel, Phase
+from infercast.devices import BUILTIN_DEVICES
+from infercast.kernels import aiconfigurator as aic
+from infercast.kernels.calibration import load_calibration, write_calibration
+from infercast.kernels.grid import EXACT, EXTRAPOLATED, INTERPOLATED, Grid
+from infercast.kernels.tables import KernelTable
+from infercast.trace import OpRecord, TensorSpec
+
+DEVICES = {d.name: d for d in BUILTIN_DEVICES}
+DECODE = Phase(graph=True, decode=True, scale_up_domain=8)
+LINEAR = lambda c: c[0]  # noqa: E731  (an analytic shape proportional to the first axis)
+
+
+def grid_2d() -> Grid:
+    points = {(m, n): float(m * n) ** 0.5 + 1.0 for m in (1, 4, 16, 64) for n in (32, 128)}
+    return Grid(("m", "n"), points)
+
+
+def test_interpolation_is_exact_on_grid_points() -> None:
+    grid = grid_2d()
+    for (m, n), value in grid.points():
+        answer = grid.query((m, n), LINEAR)
+        assert answer.value == value and answer.quality == EXACT
+
+
+def test_interpolation_is_geometric_in_log_space_and_monotone_between_points() -> None:
+    grid = grid_2d()
+    lo, hi = grid.query((4, 32), LINEAR).value, grid.query((16, 32), LINEAR).value
+    mid = grid.query((8, 32), LINEAR)  # halfway between 4 and 16 in log(m)
+    assert mid.quality == INTERPOLATED and mid.value == pytest.approx(math.sqrt(lo * hi))
+    values = [grid.query((m, 32), LINEAR).value for m in (4, 5, 6, 8, 10, 12, 14, 16)]
+    assert values == sorted(values) and lo <= min(values) and max(values) <= hi
+
+
+def test_outside_the_grid_holds_the_edge_utilisation() -> None:
+    grid = grid_2d()
+    edge = grid.query((64, 128), LINEAR).value
+    beyond = grid.query((256, 128), LINEAR)
+    assert beyond.quality == EXTRAPOLATED
+    assert beyond.value == pytest.approx(edge * 256 / 64)  # scaled by the analytic shape, not clamped flat
+
+
+def test_ragged_grids_extend_the_short_row_and_say_so() -> None:
+    grid = Grid(("m", "n"), {(1, 32): 2.0, (4, 32): 4.0, (4, 128): 8.0})
+    answer = grid.query((2, 128), LINEAR)  # m = 1 has no n = 128 point: its n = 32 value is held (shape ratio 1)
+    assert answer.quality == EXTRAPOLATED and answer.value == pytest.approx(math.sqrt(2.0 * 8.0))
+
+
+def test_earlier_sources_win_and_repeats_are_combined_by_the_median() -> None:
+    table = KernelTable("gemm")
+    table.add_rows([("bf16", 1, 32, 32, 5.0), ("bf16", 1, 32, 32, 7.0), ("bf16", 1, 32, 32, 100.0)], "new")
+    table.add_rows([("bf16", 1, 32, 32, 1.0), ("bf16", 2, 32, 32, 3.0)], "old")
+    grid = table.grid(("bf16",))
+    assert dict(grid.points()) == {(1, 32, 32): 7.0, (2, 32, 32): 3.0}  # median of three; the old point fills in
+    assert table.origin(("bf16",)) == "new (+old)"
+
+
+def test_the_installed_package_provides_the_tables() -> None:
+    """No network: the data comes with aiconfigurator-core, a declared dependency."""
+    assert aic.data_root() is not None
+    assert aic.default_version("h200_sxm", "sglang") in aic.engine_versions("h200_sxm", "sglang")
+    gemm = aic.load("gemm", "h200_sxm", "sglang", aic.default_version("h200_sxm", "sglang"))
+    answer = gemm.query(("bf16",), (1, 7168, 2048), LINEAR)
+    assert answer.quality == EXACT and 3 < answer.value < 30  # microseconds for one small bf16 GEMM
+
+
+def test_an_unreadable_table_is_an_error_naming_the_file(tmp_path) -> None:
+    bad = tmp_path / "gemm_perf.parquet"
+    bad.write_bytes(b"not a parquet file")
+    with pytest.raises(InfercastError, match="gemm_perf.parquet could not be read"):
+        aic._read(bad, ("m",))
+
+
+def gemm(m: int, n: int, k: int) -> OpRecord:
+    import torch
+
+    x, w, out = (TensorSpec((m, k), torch.bfloat16), TensorSpec((n, k), torch.bfloat16, "weight"),
+                 TensorSpec((m, n), torch.bfloat16))
+    return OpRecord("infercast::gemm", (x, w, "bf16"), (out,), "layers.0.mlp.down_proj", 0,
+                    named={"x": x, "weight": w, "dtype": "bf16"})
+
+
+def test_source_precedence_calibration_then_measured_then_analytic(tmp_path) -> None:
+    path = write_calibration(tmp_path / "cal.json", {"gemm": [("bf16", 1, 7168, 2048, 123.0)]}, device="H200",
+                             source="a test")
+    calibrated = CostModel(DEVICES["H200"], "sglang", calibration=load_calibration(path, DEVICES["H200"]))
+    measured = CostModel(DEVICES["H200"], "sglang")
+    analytic = CostModel(DEVICES["H200"], "sglang", measured=False)
+    on_file = calibrated.price(gemm(1, 7168, 2048), DECODE)
+    assert on_file.seconds == pytest.approx(123e-6) and on_file.source == EXACT and "calibration" in on_file.origin
+    shipped = measured.price(gemm(1, 7168, 2048), DECODE)
+    assert shipped.source == EXACT and "sglang" in shipped.origin and shipped.seconds != on_file.seconds
+    roofline = analytic.price(gemm(1, 7168, 2048), DECODE)
+    assert roofline.source == "analytic"
+    # a device without tables is priced analytically, and the model says so
+    h20 = CostModel(DEVICES["H20"], "sglang")
+    assert h20.price(gemm(1, 7168, 2048), DECODE).source == "analytic"
+    assert any("no measured kernel tables" in note for note in h20.notes)
+
+
+def test_calibration_files_are_checked(tmp_path) -> None:
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps({"format": "infercast-calibration", "version": 1,
+                                "tables": {"gemm": {"columns": ["dtype", "m", "n", "latency_us"], "rows": []}}}))
+    with pytest.raises(InfercastError, match="missing column.*k"):
+        load_calibration(path)
+    path.write_text(json.dumps({"format": "infercast-calibration", "version": 1, "device": "H100",
+                                "tables": {"gemm": {"columns": ["dtype", "m", "n", "k", "latency_us"],
+                                                    "rows": [["bf16", 1, 2, 3, -1]]}}}))
+    with pytest.raises(InfercastError, match="row 0: latency_us must be a positive number"):
+        load_calibration(path)
+    with pytest.raises(InfercastError, match="measured on H100, not H200"):
+        load_calibration(path, DEVICES["H200"])
+    path.write_text("{")
+    with pytest.raises(InfercastError, match="not a JSON file"):
+        load_calibration(path)
+    with pytest.raises(InfercastError, match="no such file"):
+        load_calibration(tmp_path / "missing.json")
+
+
+def test_unknown_engine_version_lists_the_ones_with_data() -> None:
+    with pytest.raises(InfercastError, match="--engine-version '9.9'.*0.5.14"):
+        CostModel(DEVICES["H200"], "sglang", "9.9")
+    with pytest.raises(InfercastError, match="unknown --engine 'tgi'; valid: sglang, vllm, trtllm"):
+        CostModel(DEVICES["H200"], "tgi")
+
+
+def test_the_engines_host_time_is_one_row_per_step() -> None:
+    from infercast.engines import engine_named
+    from infercast.simulate import UserInput, simulate
+
+    for engine, batch in (("sglang", 1), ("vllm", 8)):
+        result = simulate(UserInput(model="llama-3.1-8b", device="H100", num_devices=1, decode=True, num_queries=batch,
+                                    engine=engine))
+        host = [op for op in result.ops if op.source == "engine"]
+        assert len(host) == 1 and host[0].count == 1
+        assert host[0].total_ms == pytest.approx(engine_named(engine).step.at(batch) * 1e3)
+        kernels = sum(op.total_ms for op in result.ops if op.source != "engine")
+        assert result.step_latency_ms == pytest.approx(kernels + host[0].total_ms)
+    prefill = simulate(UserInput(model="llama-3.1-8b", device="H100", num_devices=1, query_length=1000))
+    request = [op for op in prefill.ops if op.name.startswith("request:")]
+    assert len(request) == 1 and prefill.ttft_ms == pytest.approx(prefill.step_latency_ms + request[0].total_ms)
+    assert request[0].total_ms == pytest.approx(engine_named("sglang").request.at(1000) * 1e3)

@@ -31,10 +31,13 @@ def signature_text(name: str) -> str:
     return f"def {name}({params}) -> {sig.return_annotation}"
 
 
-def test_there_are_five_hooks() -> None:
+def test_the_hooks_in_calling_order() -> None:
     assert HOOKS == [
         "infercast_register_profiles",
         "infercast_register_draft_layers",
+        "infercast_register_sim_layers",
+        "infercast_register_models",
+        "infercast_register_speculative",
         "infercast_resolve_config",
         "infercast_patch_config",
         "infercast_class_patches",

@@ -32,7 +32,7 @@ def test_invalid_profile_fails_only_its_plugin_and_names_plugin_and_field() -> N
     manager = AdapterManager()
     manager.register(plugin(infercast_register_profiles=lambda register: register(profile("good"))), "good_plugin")
     manager.register(
-        plugin(infercast_register_profiles=lambda register: register(profile("bad", attention_kind="nope"))),
+        plugin(infercast_register_profiles=lambda register: register(profile("bad", attention_kind="no pe"))),
         "bad_plugin",
     )
     assert set(manager.profiles()) == {"good"}
@@ -150,3 +150,43 @@ def test_plugin_info_lists_implemented_hooks() -> None:
     (info,) = manager.plugins()
     assert info.hooks == ("infercast_register_profiles", "infercast_resolve_config")
     assert (info.distribution, info.version, info.error) == ("dist", "9", None)
+
+
+def test_models_and_speculative_options_are_named_by_the_plugins_that_own_them() -> None:
+    from infercast_adapters import ModelRef, SpecOption
+
+    manager = AdapterManager()
+    manager.register(plugin(
+        infercast_register_profiles=lambda register: register(profile("alpha")),
+        infercast_register_models=lambda register: [register(ModelRef("acme/alpha", "alpha", ("a",), default=2)),
+                                                     register(ModelRef("acme/alpha-small", "alpha"))],
+        infercast_register_speculative=lambda register: register(SpecOption(
+            "alpha", "MTP", "alpha-mtp", "a test", steps=1, draft_tokens=2, accept_length=1.8, measured_steps=1)),
+    ), "owner")
+    manager.register(plugin(
+        infercast_register_profiles=lambda register: register(profile("beta")),
+        infercast_register_models=lambda register: register(ModelRef("acme/beta", "beta", default=5)),
+    ), "other")
+    assert manager.default_model() == "acme/beta"  # the highest offer
+    assert [ref.ref for ref, _ in manager.models()] == ["acme/alpha", "acme/alpha-small", "acme/beta"]
+    assert [o.name for o in manager.speculative_options("alpha")] == ["alpha-mtp"]
+    assert manager.speculative_options("beta") == []
+
+
+@pytest.mark.parametrize("hook", ["infercast_register_models", "infercast_register_speculative",
+                                  "infercast_register_sim_layers"])
+def test_naming_a_model_type_the_plugin_does_not_own_fails_it(hook: str) -> None:
+    from infercast_adapters import ModelRef, SpecOption
+
+    entries = {
+        "infercast_register_models": lambda register: register(ModelRef("acme/alpha", "alpha")),
+        "infercast_register_speculative": lambda register: register(SpecOption(
+            "alpha", "EAGLE3", "x", "a test", draft="acme/draft", accept_length=2.0)),
+        "infercast_register_sim_layers": lambda register: register("plan", "alpha", lambda **kw: []),
+    }
+    manager = AdapterManager()
+    manager.register(plugin(infercast_register_profiles=lambda register: register(profile("alpha"))), "owner")
+    manager.register(plugin(**{hook: entries[hook]}), "intruder")
+    manager.profiles()
+    (failure,) = manager.failures()
+    assert failure.name == "intruder" and "does not own" in failure.error and "'alpha'" in failure.error

@@ -45,13 +45,13 @@ def test_overrides_are_copied_from_the_callers_dict() -> None:
         ({"model_type": ""}, "model_type"),
         ({"decoder_layer_class": "not.a.class"}, "decoder_layer_class"),
         ({"attention_class": None}, "attention_class"),
-        ({"attention_kind": "sliding"}, "attention_kind"),
+        ({"attention_kind": "not a kind"}, "attention_kind"),
         ({"routed_experts_key": None}, "routed_experts_key"),
         ({"moe_class": None}, "moe_class"),
         ({"layers_path": "model..layers"}, "layers_path"),
         ({"vision_tower_class": "Tower"}, "vision_tower_path"),
         ({"field_overrides": {"ok": "not ok"}}, "field_overrides"),
-        ({"moe_routing_after_dp_split": "yes"}, "moe_routing_after_dp_split"),
+        ({"attention_qk_norm": "yes"}, "attention_qk_norm"),
     ],
 )
 def test_invalid_field_is_named(changes: dict, field: str) -> None:

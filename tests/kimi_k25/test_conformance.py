@@ -39,4 +39,3 @@ def test_profile_names_match_the_built_native_model() -> None:
     attention = get(profile.layers_path)[0].self_attn
     for name in ("q_a_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"):
         assert hasattr(attention, profile.field_name(name))
-    assert profile.moe_routing_after_dp_split is True

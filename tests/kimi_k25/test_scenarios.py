@@ -73,9 +73,9 @@ def test_long_context_vl_decode_caches_image_tokens_and_skips_the_tower() -> Non
 
 
 @pytest.mark.parametrize(("flags", "message"), [
-    (dict(image_batch_size=1), "--image-height and --image-width"),
-    (dict(image_height=1080), "without --image-batch-size"),
-    (dict(image_batch_size=1, image_height=0, image_width=10), "positive number of pixels"),
+    (dict(image_batch_size=1), "image_batch_size needs image_height and image_width"),
+    (dict(image_height=1080), "image_height is given without image_batch_size"),
+    (dict(image_batch_size=1, image_height=0, image_width=10), "image_height must be between 1 and"),
     (dict(model="deepseek-v3", image_batch_size=1, image_height=10, image_width=10), "has no vision tower"),
 ])
 def test_bad_image_flags_are_clear_errors(flags, message) -> None:

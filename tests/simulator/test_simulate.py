@@ -160,12 +160,12 @@ def test_cli_json_schema_and_files(tmp_path, capsys) -> None:
         (["--device", "Z100"], "unknown device 'Z100'"),
         (["--tp-size", "3", "--num-devices", "3"], "does not divide the 64 attention heads"),
         (["--ep-size", "7", "--num-devices", "7", "--tp-size", "1", "--dp-size", "7"], "does not divide the 384 expert slots"),
-        (["--ep-size", "16"], "exceeds the 8 devices"),
-        (["--tp-size", "4"], "TP x DP must equal the number of devices"),
-        (["--num-queries", "0"], "--num-queries must be a positive integer"),
-        (["--query-length", "-5"], "--query-length must be a positive integer"),
+        (["--ep-size", "16"], "--ep-size 16 must divide --num-devices 8"),
+        (["--tp-size", "4"], "--tp-size x --dp-size must equal --num-devices"),
+        (["--num-queries", "0"], "--num-queries must be between 1 and 1e+08, got 0"),
+        (["--query-length", "-5"], "--query-length must be between 1 and 1e+08, got -5"),
         (["--context-length", "300000"], "exceeds the model's max_position_embeddings"),
-        (["--quantize-linear-action", "INT3"], "unknown --quantize-linear-action"),
+        (["--quantize-linear-action", "INT3"], "--quantize-linear-action is 'INT3'; valid: BF16"),
     ],
 )
 def test_cli_bad_input_exits_2_with_a_message(argv, message, capsys) -> None:

@@ -29,6 +29,7 @@ from infercast_adapters.errors import (
     ProfileError,
     UnsupportedArchitectureError,
 )
+from infercast_adapters.catalog import ModelRef, SpecOption
 from infercast_adapters.patching import Patch, patched
 from infercast_adapters.profile import ModelProfile
 
@@ -44,6 +45,8 @@ __all__ = [
     "ConfigError",
     "InfercastError",
     "ModelProfile",
+    "ModelRef",
+    "SpecOption",
     "Patch",
     "PluginError",
     "ProfileError",

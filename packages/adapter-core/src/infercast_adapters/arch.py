@@ -95,6 +95,21 @@ def detect_moe_architecture(config: Any) -> MoEArchitecture:
     )
 
 
+def moe_layer_mask(config: Any) -> list[bool]:
+    """Which decoder layers of ``config`` (a language-model config) have a routed-expert MLP,
+    by the conventions the families' transformers code follows: DeepSeek-style
+    ``first_k_dense_replace`` dense layers first (then every ``moe_layer_freq``-th), Qwen-style
+    ``mlp_only_layers`` and ``decoder_sparse_step``; every layer for the others."""
+    layers = int(config.num_hidden_layers)
+    arch = detect_moe_architecture(config)
+    first_dense = arch.first_dense_layers
+    freq = int(getattr(config, "moe_layer_freq", 1) or 1)
+    step = int(getattr(config, "decoder_sparse_step", 1) or 1)
+    dense_only = set(getattr(config, "mlp_only_layers", None) or ())
+    return [i >= first_dense and i % freq == 0 and i not in dense_only and (i + 1) % step == 0
+            for i in range(layers)]
+
+
 def _read(family: _Family, config: Any) -> MoEArchitecture:
     if not getattr(config, "num_experts_per_tok", None):
         raise UnsupportedArchitectureError(

@@ -40,7 +40,7 @@ def _config_mapping() -> Any:
 
 def native_model_type(model_type: str | None) -> str | None:
     """The transformers-native model_type for ``model_type``, or None when there is none."""
-    if model_type is None:
+    if not isinstance(model_type, str):
         return None
     model_type = NATIVE_ALIASES.get(model_type, model_type)
     return model_type if model_type in _config_mapping() else None
@@ -54,6 +54,8 @@ def config_from_dict(values: dict[str, Any], *, source: str = "config") -> Pretr
     model_type = values.get("model_type")
     if not model_type:
         raise ConfigError(f"{source}: no 'model_type' field; a transformers config.json names its model_type")
+    if not isinstance(model_type, str):
+        raise ConfigError(f"{source}: model_type must be a string, got {type(model_type).__name__} {model_type!r}")
     native = native_model_type(model_type)
     if native is None:
         raise ConfigError(
@@ -63,13 +65,15 @@ def config_from_dict(values: dict[str, Any], *, source: str = "config") -> Pretr
     values = dict(values, model_type=native)
     try:
         return _config_mapping()[native].from_dict(values)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{source}: not a valid {native} config: {exc}") from exc
+    except Exception as exc:  # transformers validates configs with several exception types
+        raise ConfigError(f"{source}: not a valid {native} config: {type(exc).__name__}: {exc}") from exc
 
 
 def _read_json(file: Path) -> dict[str, Any]:
     try:
         text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{file}: not UTF-8 text (byte {exc.start}); a config.json is UTF-8 JSON") from exc
     except OSError as exc:
         raise ConfigError(f"cannot read {file}: {exc.strerror or exc}") from exc
     try:
@@ -91,13 +95,19 @@ def load_local_config(path: str | Path) -> PretrainedConfig:
     if not path.exists():
         raise ConfigError(f"no such file or directory: {path}")
     file = path / "config.json" if path.is_dir() else path
-    if not file.is_file():
+    if path.is_dir() and not file.is_file():
         raise ConfigError(f"{path} is a directory without a config.json")
+    if not file.is_file():
+        raise ConfigError(f"{path} is not a regular file (a device or a pipe?); pass a config.json or a model directory")
     values = _read_json(file)
-    if native_model_type(values.get("model_type")) is None and "auto_map" in values and path.is_dir():
+    model_type = values.get("model_type")
+    if isinstance(model_type, str) and native_model_type(model_type) is None and "auto_map" in values and path.is_dir():
         from transformers import AutoConfig
 
-        remote = AutoConfig.from_pretrained(str(path), trust_remote_code=True)
+        try:
+            remote = AutoConfig.from_pretrained(str(path), trust_remote_code=True)
+        except Exception as exc:  # the directory's own code: any error it raises
+            raise ConfigError(f"{path}: its auto_map code could not load the config ({type(exc).__name__}: {exc})") from exc
         return _native_reload(remote) or remote
     return config_from_dict(values, source=str(file))
 

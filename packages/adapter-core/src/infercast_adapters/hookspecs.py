@@ -8,13 +8,14 @@ config patches (phase 1) and class patches (phase 2) for each model.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pluggy
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
+    from infercast_adapters.catalog import ModelRef, SpecOption
     from infercast_adapters.patching import Patch
     from infercast_adapters.profile import ModelProfile
 
@@ -48,6 +49,63 @@ def infercast_register_draft_layers(register: Callable[[str, type], None]) -> No
         an ``nn.Module`` subclass constructed as ``layer_class(config, layer_idx)`` whose
         forward takes ``(embeds, hidden_states, ...)`` and returns the new hidden states.
     :return: nothing; layers go through ``register``.
+    """
+
+
+@hookspec
+def infercast_register_sim_layers(register: Callable[[str, str, Callable[..., Any]], None]) -> None:
+    """Register builders of the simulator's engine-view layers (what a serving engine launches
+    for a module), so a new family is priced without changing the simulator.
+
+    Called once at start-up by the simulator (other consumers never call it). A builder is
+    only called when a model needs it, so registering imports nothing. Roles and what the
+    simulator calls the builder with (all keyword arguments):
+
+    - ``attention``, keyed by a profile's ``attention_kind``: ``builder(ctx, config, index)``
+      returns the attention module of decoder layer ``index``;
+    - ``mlp``, keyed by an MLP kind (``dense``, ``moe`` or a new one): ``builder(ctx, config,
+      index)``;
+    - ``plan``, keyed by a model_type (or ``default``): ``builder(config)`` returns one
+      ``(attention_kind, mlp_kind)`` pair per decoder layer;
+    - ``vision``, keyed by a model_type: ``builder(ctx, config, text_hidden)`` returns the
+      vision tower and projector;
+    - ``embedding`` and ``head``, keyed ``default`` or by a model_type: ``builder(ctx, config)``.
+
+    ``config`` is the language-model config (the whole config for ``vision``) and ``ctx`` the
+    simulator's per-rank context. A key that is a model_type must be one this plugin
+    registered a profile for; a (role, key) registered by two plugins is an error naming both.
+
+    :param register: call ``register(role, key, builder)``.
+    :return: nothing; builders go through ``register``.
+    """
+
+
+@hookspec
+def infercast_register_models(register: Callable[[ModelRef], None]) -> None:
+    """Name the model references this plugin resolves offline, their aliases, and whether
+    one is offered as the default model.
+
+    Called once at start-up; it only names things (no model code is imported), so commands
+    that list models stay fast. Each entry's model_type must be one this plugin registers a
+    profile for.
+
+    :param register: call ``register(ModelRef(...))`` once per model reference.
+    :return: nothing; references go through ``register``.
+    """
+
+
+@hookspec
+def infercast_register_speculative(register: Callable[[SpecOption], None]) -> None:
+    """Name the speculative-decoding options of this plugin's model families: an EAGLE3 draft
+    or the family's own MTP layers, with the engine's default setting and the published
+    acceptance (the presets ``--acceptance-preset`` offers, the options ``infercast plan``
+    sweeps by default).
+
+    Called once at start-up; it only names things. Each option's model_type must be one this
+    plugin registers a profile for.
+
+    :param register: call ``register(SpecOption(...))`` once per option.
+    :return: nothing; options go through ``register``.
     """
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import pluggy
 
 from infercast_adapters import hookspecs
+from infercast_adapters.catalog import ModelRef, SpecOption
 from infercast_adapters.errors import InfercastError, PluginError, ProfileError
 from infercast_adapters.profile import ModelProfile
 
@@ -20,6 +21,9 @@ if TYPE_CHECKING:
     from infercast_adapters.patching import Patch
 
 ENTRY_POINT_GROUP = "infercast.adapters"
+SIM_LAYER_ROLES = ("attention", "mlp", "plan", "vision", "embedding", "head")
+MODEL_TYPE_ROLES = ("plan", "vision", "embedding", "head")
+"""Roles whose builders are keyed by model_type (or ``default``)."""
 DISABLE_ENV = "INFERCAST_DISABLE_PLUGINS"
 NO_AUTOLOAD_ENV = "INFERCAST_NO_PLUGIN_AUTOLOAD"
 
@@ -74,6 +78,9 @@ class AdapterManager:
         self._entry_points_loaded = False
         self._profiles: dict[str, RegisteredProfile] | None = None
         self._draft_layers: dict[str, tuple[type, str]] | None = None
+        self._sim_layers: dict[tuple[str, str], tuple[Callable[..., Any], str]] | None = None
+        self._models: list[tuple[ModelRef, str]] | None = None
+        self._speculative: list[tuple[SpecOption, str]] | None = None
 
     # --------------------------------------------------------------------- registration
 
@@ -134,6 +141,9 @@ class AdapterManager:
     def _invalidate(self) -> None:
         self._profiles = None
         self._draft_layers = None
+        self._sim_layers = None
+        self._models = None
+        self._speculative = None
 
     # --------------------------------------------------------------------- introspection
 
@@ -225,7 +235,58 @@ class AdapterManager:
                 return plugin, exc
             for model_type, cls in found_layers:
                 layers[model_type] = (cls, plugin)
-        self._profiles, self._draft_layers = profiles, layers
+        builders: dict[tuple[str, str], tuple[Callable[..., Any], str]] = {}
+        for plugin, function, argnames in self._impls("infercast_register_sim_layers", registration_order=True):
+            found_builders: list[tuple[str, str, Callable[..., Any]]] = []
+            try:
+                self._call(plugin, "infercast_register_sim_layers", function, argnames,
+                           register=lambda role, key, builder: found_builders.append((role, key, builder)))
+                for role, key, builder in found_builders:
+                    if role not in SIM_LAYER_ROLES:
+                        raise PluginError(f"plugin {plugin!r}: simulator layer role {role!r} is not one of "
+                                          f"{', '.join(SIM_LAYER_ROLES)}")
+                    if not callable(builder):
+                        raise PluginError(f"plugin {plugin!r}: the {role} builder for {key!r} is not callable")
+                    if role in MODEL_TYPE_ROLES and key != "default":
+                        owner = profiles.get(key)
+                        if owner is None or owner.plugin != plugin:
+                            raise PluginError(
+                                f"plugin {plugin!r} registers a {role} builder for model_type {key!r}, which it does "
+                                f"not own ({'owned by ' + repr(owner.plugin) if owner else 'no profile'}); an adapter "
+                                f"registers builders only for the model types it registers profiles for")
+                    if (role, key) in builders:
+                        raise PluginError(f"the {role} builder for {key!r} is registered by both plugin "
+                                          f"{builders[(role, key)][1]!r} and plugin {plugin!r}")
+            except InfercastError as exc:
+                return plugin, exc
+            for role, key, builder in found_builders:
+                builders[(role, key)] = (builder, plugin)
+        catalogs: dict[str, list] = {}
+        for hook, kind in (("infercast_register_models", ModelRef), ("infercast_register_speculative", SpecOption)):
+            entries: list = []
+            for plugin, function, argnames in self._impls(hook, registration_order=True):
+                found_entries: list = []
+                try:
+                    self._call(plugin, hook, function, argnames, register=found_entries.append)
+                    for entry in found_entries:
+                        if not isinstance(entry, kind):
+                            raise PluginError(f"plugin {plugin!r}: {hook} got {type(entry).__name__}, not a "
+                                              f"{kind.__name__}")
+                        try:
+                            entry.validate()
+                        except ProfileError as exc:
+                            raise PluginError(f"plugin {plugin!r}: {kind.__name__} {exc}") from exc
+                        owner = profiles.get(entry.model_type)
+                        if owner is None or owner.plugin != plugin:
+                            raise PluginError(
+                                f"plugin {plugin!r} registers a {kind.__name__} for model_type {entry.model_type!r}, "
+                                f"which it does not own; an adapter names only its own model types")
+                except InfercastError as exc:
+                    return plugin, exc
+                entries += [(entry, plugin) for entry in found_entries]
+            catalogs[hook] = entries
+        self._profiles, self._draft_layers, self._sim_layers = profiles, layers, builders
+        self._models, self._speculative = catalogs["infercast_register_models"], catalogs["infercast_register_speculative"]
         return None
 
     def profiles(self) -> dict[str, RegisteredProfile]:
@@ -237,6 +298,29 @@ class AdapterManager:
     def profile_for(self, model_type: str) -> ModelProfile | None:
         entry = self.profiles().get(model_type)
         return entry.profile if entry else None
+
+    def sim_layers(self) -> dict[tuple[str, str], tuple[Callable[..., Any], str]]:
+        """Simulator layer builders by (role, key), with the plugin that registered each."""
+        self._collect()
+        assert self._sim_layers is not None
+        return dict(self._sim_layers)
+
+    def models(self) -> list[tuple[ModelRef, str]]:
+        """Model references the plugins resolve offline, with the plugin naming each."""
+        self._collect()
+        assert self._models is not None
+        return list(self._models)
+
+    def default_model(self) -> str | None:
+        """The reference offered as the default model with the highest priority, if any."""
+        offers = [(ref.default, ref.ref) for ref, _ in self.models() if ref.default > 0]
+        return max(offers)[1] if offers else None
+
+    def speculative_options(self, model_type: str | None = None) -> list[SpecOption]:
+        """Speculative options, all or one family's, in registration order."""
+        self._collect()
+        assert self._speculative is not None
+        return [option for option, _ in self._speculative if model_type is None or option.model_type == model_type]
 
     def draft_layers(self) -> dict[str, type]:
         """EAGLE3 draft decoder-layer classes by target model_type."""

@@ -13,6 +13,7 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DOTTED_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 ATTENTION_KINDS = ("gqa", "mla")
+"""The attention kinds the simulator builds itself; a plugin may register builders for more."""
 
 
 @dataclass(frozen=True)
@@ -30,15 +31,16 @@ class ModelProfile:
     attention_class: str
     """Class name of the attention module inside a decoder layer."""
     attention_kind: str = "gqa"
-    """``"gqa"`` (multi-head, grouped-query or multi-query) or ``"mla"`` (multi-head latent)."""
+    """``"gqa"`` (multi-head, grouped-query or multi-query), ``"mla"`` (multi-head latent), or a
+    kind a plugin registers a simulator layer builder for (``infercast_register_sim_layers``)."""
+    attention_qk_norm: bool = False
+    """RMSNorm on each head's queries and keys before RoPE (Qwen3)."""
     moe_class: str | None = None
     """Class name of the sparse MoE block; None for dense models."""
     vision_tower_class: str | None = None
     """Class name of the vision encoder; None for text-only models."""
     routed_experts_key: str | None = None
     """Config key of the number of routed experts (``n_routed_experts``, ``num_experts``...)."""
-    shared_experts_key: str | None = None
-    """Config key of the number of shared experts; None when the family has none."""
     text_config_key: str | None = None
     """Config key of the language model's sub-config for multimodal models (``text_config``)."""
     language_model_path: str = "model"
@@ -52,9 +54,6 @@ class ModelProfile:
     field_overrides: Mapping[str, str] = field(default_factory=dict)
     """Attribute names that differ from the transformers-native modules, canonical -> actual
     (e.g. ``{"kv_a_proj_with_mqa": "kv_down_proj"}``)."""
-    moe_routing_after_dp_split: bool = False
-    """True when MoE routing runs on each data-parallel rank's tokens (DP attention + EP),
-    False when every rank routes the whole batch."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "field_overrides", MappingProxyType(dict(self.field_overrides)))
@@ -80,15 +79,16 @@ class ModelProfile:
                 continue
             if not isinstance(value, str) or not _IDENTIFIER.match(value):
                 raise ProfileError(name, f"{value!r} is not a class name")
-        if self.attention_kind not in ATTENTION_KINDS:
-            raise ProfileError("attention_kind", f"{self.attention_kind!r}; valid: {', '.join(ATTENTION_KINDS)}")
-        for name in ("routed_experts_key", "shared_experts_key", "text_config_key"):
+        if not isinstance(self.attention_kind, str) or not _IDENTIFIER.match(self.attention_kind):
+            raise ProfileError("attention_kind", f"{self.attention_kind!r} is not a kind name; built in: "
+                               f"{', '.join(ATTENTION_KINDS)}")
+        for name in ("routed_experts_key", "text_config_key"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not _IDENTIFIER.match(value)):
                 raise ProfileError(name, f"{value!r} is not a config key")
         if self.moe_class is not None and self.routed_experts_key is None:
             raise ProfileError("routed_experts_key", "required when moe_class is set")
-        if self.moe_class is None and (self.routed_experts_key or self.shared_experts_key):
+        if self.moe_class is None and self.routed_experts_key:
             raise ProfileError("moe_class", "expert-count keys are set but moe_class is None")
         for name in ("language_model_path", "layers_path", "vision_tower_path", "vision_blocks_path"):
             value = getattr(self, name)
@@ -105,8 +105,8 @@ class ModelProfile:
         for key, value in self.field_overrides.items():
             if not (isinstance(key, str) and isinstance(value, str) and _IDENTIFIER.match(key) and _IDENTIFIER.match(value)):
                 raise ProfileError("field_overrides", f"{key!r} -> {value!r} is not an attribute-name pair")
-        if not isinstance(self.moe_routing_after_dp_split, bool):
-            raise ProfileError("moe_routing_after_dp_split", f"{self.moe_routing_after_dp_split!r} is not a bool")
+        if not isinstance(self.attention_qk_norm, bool):
+            raise ProfileError("attention_qk_norm", f"{self.attention_qk_norm!r} is not a bool")
 
     def field_name(self, canonical: str) -> str:
         """The attribute name this family uses for a canonical (transformers-native) name."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from infercast_adapters import ModelProfile, hookimpl
+from infercast_adapters import ModelProfile, ModelRef, SpecOption, hookimpl
 
 from infercast_kimi_k25 import class_patches as _class_patches
 from infercast_kimi_k25 import config_patches as _config_patches
@@ -19,7 +19,6 @@ from infercast_kimi_k25.architecture import (
 )
 
 MODEL_TYPE = "kimi_k25"
-BUNDLED_REFS = (MODEL_ID,)
 
 PROFILE = ModelProfile(
     model_type=MODEL_TYPE,
@@ -29,13 +28,11 @@ PROFILE = ModelProfile(
     moe_class="DeepseekV3MoE",
     vision_tower_class="Kimi_K25VisionModel",
     routed_experts_key="n_routed_experts",
-    shared_experts_key="n_shared_experts",
     text_config_key="text_config",
     language_model_path="model.language_model",
     layers_path="model.language_model.layers",
     vision_tower_path="model.vision_tower",
     vision_blocks_path="model.vision_tower.layers",
-    moe_routing_after_dp_split=True,
 )
 
 
@@ -45,12 +42,47 @@ def infercast_register_profiles(register: Callable[[ModelProfile], None]) -> Non
 
 
 @hookimpl
+def infercast_register_models(register: Callable[[ModelRef], None]) -> None:
+    register(ModelRef(MODEL_ID, MODEL_TYPE, tuple(ALIASES), default=10,
+                      description="Kimi-K2.5: 1T MoE, MLA, MoonViT, native INT4 routed experts"))
+
+
+MLA_DRAFT_CARD = "lightseekorg/kimi-k2.5-eagle3-mla model card, s3 k1 n4, greedy"
+
+
+@hookimpl
+def infercast_register_speculative(register: Callable[[SpecOption], None]) -> None:
+    register(SpecOption(
+        MODEL_TYPE, "EAGLE3", "kimi-k2.5-eagle3-mla", MLA_DRAFT_CARD, draft=DRAFT_MODEL_ID, steps=3, topk=1,
+        draft_tokens=4, measured_steps=3,
+        datasets={"mtbench": 2.940, "ceval": 2.829, "gsm8k": 3.017, "humaneval": 2.969, "math500": 3.051,
+                  "aime": 3.139, "mmstar": 2.597}))
+    register(SpecOption(
+        MODEL_TYPE, "EAGLE3", "kimi-k2.5-eagle3", "lightseekorg/kimi-k2.5-eagle3 model card (Llama-style draft), s3 "
+        "k1 n4, greedy", draft="lightseekorg/kimi-k2.5-eagle3", steps=3, topk=1, draft_tokens=4, measured_steps=3,
+        datasets={"mtbench": 2.687, "ceval": 2.295, "gsm8k": 3.201, "humaneval": 3.285, "math500": 3.342,
+                  "aime": 3.033, "mmstar": 2.787}, default=False))
+    register(SpecOption(
+        MODEL_TYPE, "EAGLE3", "kimi-k2-eagle3", "AQ-MedAI/Kimi-K2-Instruct-eagle3 model card, measured on Kimi-K2 "
+        "(Kimi-K2.5's text architecture), s3 k1 n4", draft="AQ-MedAI/Kimi-K2-Instruct-eagle3", steps=3, topk=1,
+        draft_tokens=4, measured_steps=3, datasets={"humaneval": 3.372, "gsm8k": 3.165, "math500": 3.490},
+        default=False))
+
+
+@hookimpl
 def infercast_register_draft_layers(register: Callable[[str, type], None]) -> None:
     from infercast_kimi_k25 import eagle3
 
     eagle3.register_kimi_k2_config()
     for model_type in eagle3.TARGET_MODEL_TYPES:
         register(model_type, eagle3.MLADraftLayer)
+
+
+@hookimpl
+def infercast_register_sim_layers(register) -> None:
+    from infercast_kimi_k25.sim_layers import moonvit_tower
+
+    register("vision", MODEL_TYPE, moonvit_tower)
 
 
 @hookimpl

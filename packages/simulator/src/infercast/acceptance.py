@@ -22,6 +22,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from infercast_adapters import InfercastError
 from infercast_eagle3.loop import SpecSettings
@@ -120,21 +121,6 @@ DEPTH_DECAY = 0.96
 published: EAGLE's n-alpha on MT-bench (T = 0) fell from 0.79 at depth 1 to 0.67 at depth 5 for
 Vicuna-7B, (0.67 / 0.79)^(1/4) = 0.96 per depth (Li et al., EAGLE, arXiv 2401.15077, Table 2)."""
 
-MTP_DEPTHS = (0.92, 0.66, 0.24, 0.17, 0.02)
-"""DeepSeek-R1's MTP on 8 x B200 in TensorRT-LLM: accept length 1.92, 2.58, 2.82, 2.99, 3.01 with
-1..5 MTP steps (TensorRT-LLM tech blog 1, 'Pushing latency boundaries ... on B200 GPUs'); their
-differences are the probabilities that the first j drafts are all accepted."""
-
-
-def chain_from_prefix(prefix: tuple[float, ...]) -> tuple[float, ...]:
-    """Conditional per-position rates from P(first j drafts accepted), j = 1, 2, ..."""
-    rates, previous = [], 1.0
-    for p in prefix:
-        rates.append(min(1.0, p / previous) if previous > 0 else 0.0)
-        previous = p
-    return tuple(rates)
-
-
 @dataclass(frozen=True)
 class Preset:
     """A published accept length at one setting, and how acceptance changes with depth: the
@@ -190,45 +176,43 @@ class Preset:
                 f"{where} with {how}{beyond}")
 
 
-def _presets() -> dict[str, Preset]:
-    table = {  # (preset, draft checkpoint, source): accept length per dataset
-        ("kimi-k2.5-eagle3-mla", "lightseekorg/kimi-k2.5-eagle3-mla", "lightseekorg/kimi-k2.5-eagle3-mla model card"): {
-            "mtbench": 2.940, "ceval": 2.829, "gsm8k": 3.017, "humaneval": 2.969, "math500": 3.051, "aime": 3.139,
-            "mmstar": 2.597},
-        ("kimi-k2.5-eagle3", "lightseekorg/kimi-k2.5-eagle3", "lightseekorg/kimi-k2.5-eagle3 model card (Llama-style draft)"): {
-            "mtbench": 2.687, "ceval": 2.295, "gsm8k": 3.201, "humaneval": 3.285, "math500": 3.342, "aime": 3.033,
-            "mmstar": 2.787},
-        ("kimi-k2-eagle3", "AQ-MedAI/Kimi-K2-Instruct-eagle3", "AQ-MedAI/Kimi-K2-Instruct-eagle3 model card"): {
-            "humaneval": 3.372, "gsm8k": 3.165, "math500": 3.490},
-    }
-    presets: dict[str, Preset] = {}
-    for (draft, checkpoint, source), datasets in table.items():
-        DRAFT_PRESETS[checkpoint.lower()] = draft
-        for dataset, tau in datasets.items():
-            presets[f"{draft}/{dataset}"] = Preset(f"{draft}/{dataset}", tau, 3, f"{source}, s3 k1 n4, greedy")
-        mean = sum(datasets.values()) / len(datasets)
-        presets[draft] = Preset(draft, round(mean, 3), 3, f"{source}: mean over {', '.join(datasets)}, s3 k1 n4")
-    # DeepSeek-V3 report: the second token of its one MTP module is accepted 85-90% of the time.
-    presets["deepseek-v3-mtp"] = Preset("deepseek-v3-mtp", 1.875, 1, "DeepSeek-V3 technical report: 85-90% "
-                                        "second-token acceptance, midpoint, 1 MTP step",
-                                        depth_shape=chain_from_prefix(MTP_DEPTHS),
-                                        depth_source="DeepSeek-R1 MTP 1..5 steps in TensorRT-LLM (tech blog 1)")
-    return presets
+def presets(manager: Any = None) -> dict[str, Preset]:
+    """Acceptance presets from the speculative options the plugins register: one per option
+    with a published accept length (the mean over its datasets) and one per dataset
+    (``name/dataset``)."""
+    from infercast.plugins import get_manager
+
+    found: dict[str, Preset] = {}
+    for option in (manager or get_manager()).speculative_options():
+        shape = dict(depth_shape=option.depth_shape, depth_source=option.depth_source)
+        for dataset, tau in option.datasets.items():
+            found[f"{option.name}/{dataset}"] = Preset(f"{option.name}/{dataset}", tau, option.measured_steps,
+                                                       option.source, **shape)
+        if option.datasets:
+            mean = round(sum(option.datasets.values()) / len(option.datasets), 3)
+            found[option.name] = Preset(option.name, mean, option.measured_steps,
+                                        f"{option.source}: mean over {', '.join(option.datasets)}", **shape)
+        elif option.accept_length is not None:
+            found[option.name] = Preset(option.name, option.accept_length, option.measured_steps, option.source,
+                                        **shape)
+    return found
 
 
-DRAFT_PRESETS: dict[str, str] = {}
-"""Draft checkpoints with published accept lengths -> their preset (the default acceptance)."""
-PRESETS = _presets()
+def preset_for_draft(draft_ref: str, manager: Any = None) -> str | None:
+    """The preset of a draft checkpoint with a published accept length (its default acceptance)."""
+    from infercast.plugins import get_manager
+
+    for option in (manager or get_manager()).speculative_options():
+        if option.draft and option.draft.lower() == draft_ref.lower() and option.name in presets(manager):
+            return option.name
+    return None
 
 
-def preset_for_draft(draft_ref: str) -> str | None:
-    return DRAFT_PRESETS.get(draft_ref.lower())
-
-
-def preset(name: str) -> Preset:
-    found = PRESETS.get(name.lower())
+def preset(name: str, manager: Any = None) -> Preset:
+    known = presets(manager)
+    found = known.get(name.lower())
     if found is None:
-        raise InfercastError(f"unknown acceptance preset {name!r}; presets: {', '.join(PRESETS)}")
+        raise InfercastError(f"unknown acceptance preset {name!r}; presets: {', '.join(known)}")
     return found
 
 

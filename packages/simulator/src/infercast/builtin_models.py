@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from infercast_adapters import ModelProfile, hookimpl
+from infercast_adapters import ModelProfile, ModelRef, SpecOption, hookimpl
 
 PLUGIN_NAME = "infercast.builtin_models"
 
@@ -20,8 +20,6 @@ PROFILES = (
         attention_kind="mla",
         moe_class="DeepseekV3MoE",
         routed_experts_key="n_routed_experts",
-        shared_experts_key="n_shared_experts",
-        moe_routing_after_dp_split=True,
     ),
     ModelProfile(
         model_type="qwen3_moe",
@@ -29,7 +27,7 @@ PROFILES = (
         attention_class="Qwen3MoeAttention",
         moe_class="Qwen3MoeSparseMoeBlock",
         routed_experts_key="num_experts",
-        moe_routing_after_dp_split=True,
+        attention_qk_norm=True,
     ),
     ModelProfile(
         model_type="mixtral",
@@ -38,7 +36,8 @@ PROFILES = (
         moe_class="MixtralSparseMoeBlock",
         routed_experts_key="num_local_experts",
     ),
-    ModelProfile(model_type="qwen3", decoder_layer_class="Qwen3DecoderLayer", attention_class="Qwen3Attention"),
+    ModelProfile(model_type="qwen3", decoder_layer_class="Qwen3DecoderLayer", attention_class="Qwen3Attention",
+                 attention_qk_norm=True),
     ModelProfile(model_type="llama", decoder_layer_class="LlamaDecoderLayer", attention_class="LlamaAttention"),
 )
 
@@ -47,6 +46,14 @@ PROFILES = (
 def infercast_register_profiles(register: Callable[[ModelProfile], None]) -> None:
     for profile in PROFILES:
         register(profile)
+
+
+@hookimpl
+def infercast_register_sim_layers(register) -> None:
+    from infercast.builders import BUILTIN
+
+    for role, key, builder in BUILTIN:
+        register(role, key, builder)
 
 
 # -------------------------------------------------------------------------------------------
@@ -134,6 +141,44 @@ ALIASES: dict[str, str] = {
     "mixtral-8x7b": "mistralai/Mixtral-8x7B-Instruct-v0.1",
     "mistralai/Mixtral-8x7B-v0.1": "mistralai/Mixtral-8x7B-Instruct-v0.1",
 }
+
+
+DEFAULT_MODEL = "deepseek-ai/DeepSeek-V3"
+"""The built-in default model, when no installed adapter offers one of higher priority."""
+
+MTP_DEPTHS = (0.92, 0.66, 0.24, 0.17, 0.02)
+"""DeepSeek-R1's MTP on 8 x B200 in TensorRT-LLM: accept length 1.92, 2.58, 2.82, 2.99, 3.01 with
+1..5 MTP steps (TensorRT-LLM tech blog 1, 'Pushing latency boundaries ... on B200 GPUs'); their
+differences are the probabilities that the first j drafts are all accepted."""
+
+
+def _conditional(prefix: tuple[float, ...]) -> tuple[float, ...]:
+    """Conditional per-depth rates from P(first j drafts accepted), j = 1, 2, ..."""
+    return tuple(p / q for p, q in zip(prefix, (1.0, *prefix)))
+
+
+@hookimpl
+def infercast_register_models(register) -> None:
+    aliases: dict[str, list[str]] = {}
+    for alias, ref in ALIASES.items():
+        aliases.setdefault(ref, []).append(alias)
+    for ref, values in BUNDLED.items():
+        if values.get("architectures", [""])[0].endswith("Eagle3"):
+            continue  # a draft: named by its speculative option
+        register(ModelRef(ref, values["model_type"], tuple(aliases.get(ref, ())), default=int(ref == DEFAULT_MODEL)))
+
+
+@hookimpl
+def infercast_register_speculative(register) -> None:
+    register(SpecOption(
+        "deepseek_v3", "MTP", "deepseek-v3-mtp",
+        "DeepSeek-V3 technical report: 85-90% second-token acceptance, midpoint, 1 MTP step",
+        steps=3, topk=1, draft_tokens=4, accept_length=1.875, measured_steps=1,
+        depth_shape=_conditional(MTP_DEPTHS), depth_source="DeepSeek-R1 MTP 1..5 steps in TensorRT-LLM (tech blog 1)"))
+    register(SpecOption(
+        "llama", "EAGLE3", "llama-3.1-8b-eagle3", "the EAGLE-3 authors' draft for Llama-3.1-8B-Instruct; no accept "
+        "length is published at an engine setting: give --accept-length", draft="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+        steps=5, topk=4, draft_tokens=8, default=False))
 
 
 @hookimpl

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
-from typing import Sequence
+from typing import Any, Sequence
 
 from infercast_adapters import InfercastError
 from rich.console import Console
@@ -13,12 +14,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from infercast import __version__
-from infercast.plugins import get_manager
 
 EXIT_USAGE = 2
 
 
 def _cmd_plugins(args: argparse.Namespace, console: Console) -> int:
+    from infercast.plugins import get_manager
+
     infos = get_manager().plugins()
     if args.json:
         print(json.dumps([info.to_dict() for info in infos], indent=2))
@@ -34,6 +36,8 @@ def _cmd_plugins(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_models(args: argparse.Namespace, console: Console) -> int:
+    from infercast.plugins import get_manager
+
     profiles = get_manager().profiles()
     rows = [
         {"model_type": t, "plugin": e.plugin, "attention": e.profile.attention_kind, "moe": e.profile.is_moe,
@@ -76,19 +80,15 @@ def _cmd_devices(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace, console: Console) -> int:
-    from infercast.report import print_summary
-    from infercast.simulate import UserInput, simulate
+    from infercast.request import UserInput, check
 
-    user = UserInput(
-        model=args.model, device=args.device, num_devices=args.num_devices, tp_size=args.tp_size,
-        dp_size=args.dp_size, ep_size=args.ep_size, ep_num_redundant_experts=args.ep_num_redundant_experts, enable_shared_expert_tp=args.enable_shared_expert_tp,
-        num_queries=args.num_queries, query_length=args.query_length, context_length=args.context_length,
-        decode=args.decode, quantize_linear_action=args.quantize_linear_action, kv_cache_dtype=args.kv_cache_dtype,
-        num_mtp_tokens=args.num_mtp_tokens, two_batch_overlap=args.two_batch_overlap,
-        num_hidden_layers_override=args.num_hidden_layers_override, trace_every_layer=args.trace_every_layer,
-        super_node=args.super_node, image_batch_size=args.image_batch_size, image_height=args.image_height,
-        image_width=args.image_width, **speculative_fields(args), **{f: getattr(args, f) for f in COST_MODEL_FLAGS},
-    )
+    user = check(UserInput(**{f.name: getattr(args, f.name) for f in dataclasses.fields(UserInput)}))
+    for path in (args.output_json, args.chrome_trace):
+        if path:
+            check_writable(path)
+    from infercast.report import print_summary
+    from infercast.simulate import simulate
+
     result = simulate(user)
     if args.output_json:
         _write(args.output_json, result.to_json())
@@ -101,47 +101,53 @@ def _cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def speculative_fields(args: argparse.Namespace) -> dict:
-    return {name: getattr(args, name, None) for name in (
-        "speculative_algorithm", "speculative_draft_model", "speculative_num_steps", "speculative_eagle_topk",
-        "speculative_num_draft_tokens", "accept_length", "acceptance_rates", "acceptance_matrix", "acceptance_preset",
-        "accept_length_from")}
+def request_fields(args: argparse.Namespace, names: Sequence[str]) -> dict:
+    return {name: getattr(args, name) for name in names}
 
 
-def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+GRID_FIELDS = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+"""Speculative settings ``plan`` sweeps (``--speculative-grid``) instead of taking one."""
+SPEC_FIELDS = ("speculative_algorithm", "speculative_draft_model", "speculative_num_steps", "speculative_eagle_topk",
+               "speculative_num_draft_tokens", "accept_length", "acceptance_rates", "acceptance_matrix",
+               "acceptance_preset", "accept_length_from")
+COST_FIELDS = ("engine", "engine_version", "calibration", "cost_model", "expert_imbalance")
 
 
-def add_speculative_arguments(p: argparse.ArgumentParser, *, grid: bool = False) -> None:
-    from infercast.acceptance import PRESETS
+def add_request_arguments(p: argparse.ArgumentParser, *, only: Sequence[str] | None = None,
+                          skip: Sequence[str] = ()) -> None:
+    """Command-line flags generated from :class:`infercast.request.UserInput`'s field table."""
+    from infercast.request import UserInput, flag_of
 
-    g = p.add_argument_group("speculative decoding (sglang's flag names)")
-    g.add_argument("--speculative-algorithm", type=str.upper, default=None, metavar="ALGO",
-                   help="EAGLE3 (with --speculative-draft-model) or MTP (DeepSeek-V3's own layer; EAGLE and NEXTN "
-                        "are accepted as sglang's names for it)")
-    g.add_argument("--speculative-draft-model", default=None, metavar="NAME_OR_PATH",
-                   help="draft: hub id, config.json or directory, or bundled (lightseekorg/kimi-k2.5-eagle3-mla, "
-                        "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B)")
-    if not grid:
-        g.add_argument("--speculative-num-steps", type=_int, default=None, metavar="S",
-                       help="draft steps per cycle (default: 3 for MLA targets, 5 otherwise, as sglang chooses)")
-        g.add_argument("--speculative-eagle-topk", type=_int, default=None, metavar="K",
-                       help="candidates kept per step; 1 = chain (default 1 for MLA targets, 4 otherwise)")
-        g.add_argument("--speculative-num-draft-tokens", type=_int, default=None, metavar="N",
-                       help="tokens verified per cycle (chain: S + 1)")
-    g.add_argument("--accept-length", type=_float, default=None, metavar="TAU",
-                   help="measured accept length at this setting (1 .. S + 1)")
-    g.add_argument("--acceptance-rates", default=None, metavar="A1,A2,...",
-                   help="per-position acceptance rates of a chain, each in [0, 1]")
-    g.add_argument("--acceptance-matrix", default=None, metavar="ROWS",
-                   help="depth x rank acceptance for trees: 'a11,a12;a21,a22;...'")
-    g.add_argument("--acceptance-preset", default=None, metavar="NAME",
-                   help=f"published accept length ({', '.join(PRESETS)})")
-    g.add_argument("--accept-length-from", default=None, metavar="FILE",
-                   help="read the accept length from an sglang server log or metrics text")
+    groups: dict[str, Any] = {}
+    for f in dataclasses.fields(UserInput):
+        if f.name in skip or (only is not None and f.name not in only):
+            continue
+        meta = f.metadata
+        group = groups.get(meta["group"])
+        if group is None:
+            group = groups[meta["group"]] = p if meta["group"] == "model" else p.add_argument_group(meta["group"])
+        if meta["positional"]:
+            group.add_argument(f.name, nargs="?", default=f.default, help=meta["help"])
+        elif meta["kind"] is bool:
+            group.add_argument(flag_of(f.name), dest=f.name, action="store_true", help=meta["help"])
+        else:
+            kind = {int: _int, float: _float}.get(meta["kind"], str)
+            group.add_argument(flag_of(f.name), dest=f.name, type=kind, default=f.default, metavar=meta["metavar"],
+                               help=meta["help"])
+
+
+def check_writable(path: str) -> None:
+    """Fail before any work when an output file cannot be written."""
+    import os
+
+    target = os.path.abspath(path)
+    folder = os.path.dirname(target)
+    if os.path.isdir(target):
+        raise InfercastError(f"{path} is a directory; give a file name")
+    if not os.path.isdir(folder):
+        raise InfercastError(f"cannot write {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (os.path.exists(target) and not os.access(target, os.W_OK)):
+        raise InfercastError(f"cannot write {path}: permission denied")
 
 
 def parse_device_counts(text: str) -> tuple[int, ...]:
@@ -200,7 +206,8 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
     spec_user = None
     grid: tuple = ()
     if args.speculative_algorithm or args.num_mtp_tokens:
-        spec_user = UserInput(model=args.model, num_mtp_tokens=args.num_mtp_tokens, **speculative_fields(args))
+        spec_user = UserInput(model=args.model, num_mtp_tokens=args.num_mtp_tokens,
+                              **{f: getattr(args, f, None) for f in SPEC_FIELDS})
         grid = parse_spec_grid(args.speculative_grid)
         if (args.acceptance_matrix is None) and any(c.topk > 1 for c in grid):
             raise InfercastError("trees (topk > 1) in --speculative-grid need --acceptance-matrix (depth x rank); "
@@ -213,7 +220,7 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
         input_length=args.input_length, output_length=args.output_length, ttft_slo_ms=args.ttft_slo_ms,
         tpot_slo_ms=args.tpot_slo_ms, quantizations=quants, batches=parse_int_list(args.batch_sizes, "--batch-sizes"),
         kv_cache_dtype=args.kv_cache_dtype, speculative=spec_user, spec_grid=grid,
-        **{f: getattr(args, f) for f in COST_MODEL_FLAGS},
+        **request_fields(args, COST_FIELDS),
     )
     planner = Planner(request)
     with Progress(TextColumn("sweeping"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -312,6 +319,13 @@ def _write(path: str, text: str) -> None:
         raise InfercastError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
 def _int(text: str) -> int:
     try:
         value = int(text)
@@ -320,69 +334,6 @@ def _int(text: str) -> int:
     return value
 
 
-COST_MODEL_FLAGS = ("engine", "engine_version", "calibration", "cost_model", "expert_imbalance")
-
-
-def add_cost_model_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags that choose how operators are priced (shared by simulate and plan)."""
-    from infercast.engines import ENGINES
-    from infercast.routing import DISTRIBUTIONS
-
-    g = p.add_argument_group("cost model")
-    g.add_argument("--engine", default="sglang", type=str.lower, choices=list(ENGINES),
-                   help="serving engine: its kernels, CUDA graphs, host costs and measured tables (default sglang)")
-    g.add_argument("--engine-version", default=None, metavar="VERSION",
-                   help="the engine version whose measured tables to use (default: the newest with data)")
-    g.add_argument("--calibration", default=None, metavar="FILE",
-                   help="kernel tables measured on your hardware (JSON, docs/simulate.md): priced first")
-    g.add_argument("--cost-model", default="measured", choices=("measured", "analytic"),
-                   help="measured: tables where they exist, analytic elsewhere (default); analytic: roofline only")
-    g.add_argument("--expert-imbalance", default="balanced", choices=list(DISTRIBUTIONS),
-                   help="MoE routing skew (default balanced)")
-
-
-def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
-    from infercast.quant import ACTIONS
-    from infercast.simulate import DEFAULT_DEVICE, DEFAULT_MODEL
-
-    p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
-                   help=f"hub id, alias, config.json or model directory (default: {DEFAULT_MODEL})")
-    g = p.add_argument_group("hardware and layout")
-    g.add_argument("--device", default=DEFAULT_DEVICE, help=f"device name, see `infercast devices` (default {DEFAULT_DEVICE})")
-    g.add_argument("--num-devices", type=_int, default=8, help="devices in the deployment (default 8)")
-    g.add_argument("--tp-size", type=_int, default=None, help="tensor parallel size (default: num-devices / dp-size)")
-    g.add_argument("--dp-size", type=_int, default=1, help="data parallel (DP attention) size (default 1)")
-    g.add_argument("--ep-size", type=_int, default=1, help="expert parallel size for routed experts (default 1: TP MoE)")
-    g.add_argument("--ep-num-redundant-experts", type=_int, default=0,
-                   help="extra expert slots for load balancing, spread over the EP ranks (default 0)")
-    g.add_argument("--enable-shared-expert-tp", action="store_true", help="shard shared experts over TP when EP > 1")
-    g.add_argument("--two-batch-overlap", action="store_true", help="overlap communication with a second micro-batch")
-    g.add_argument("--super-node", action="store_true", help="treat the device's super-node as one scale-up domain (Ascend)")
-    g = p.add_argument_group("workload")
-    g.add_argument("--num-queries", type=_int, default=1, help="requests in the step, across all DP ranks (default 1)")
-    g.add_argument("--query-length", type=_int, default=None,
-                   help="new tokens per request; given without --decode this is a prefill step")
-    g.add_argument("--context-length", type=_int, default=None,
-                   help="tokens already cached per request (default: 2048 for decode, 0 for prefill)")
-    g.add_argument("--decode", action="store_true", help="a decode step (the default when no --query-length is given)")
-    g.add_argument("--num-mtp-tokens", type=_int, default=0,
-                   help="DeepSeek-V3 MTP draft steps per cycle (same as --speculative-algorithm MTP "
-                        "--speculative-num-steps N)")
-    g.add_argument("--image-batch-size", type=_int, default=0,
-                   help="images per request (vision-language models): encoded in prefill, cached in decode")
-    g.add_argument("--image-height", type=_int, default=None, help="image height in pixels")
-    g.add_argument("--image-width", type=_int, default=None, help="image width in pixels")
-    g = p.add_argument_group("numerics")
-    g.add_argument("--quantize-linear-action", default=None, metavar="ACTION",
-                   help=f"one of {', '.join(ACTIONS)} (default: the checkpoint's quantization_config)")
-    g.add_argument("--kv-cache-dtype", default="bf16", help="bf16 (default), fp16 or fp8")
-    g.add_argument("--num-hidden-layers-override", type=_int, default=None, help="simulate only this many layers")
-    g = p.add_argument_group("output")
-    g.add_argument("--json", action="store_true", help="print the result as JSON (schema: docs/simulate.md)")
-    g.add_argument("--output-json", metavar="FILE", help="also write the JSON result to FILE")
-    g.add_argument("--chrome-trace", metavar="FILE", help="write one step as a Chrome trace (open in Perfetto)")
-    g.add_argument("--show-ops", type=int, default=10, metavar="N", help="operators in the summary table (default 10)")
-    g.add_argument("--trace-every-layer", action="store_true", help="trace every layer instead of one per distinct shape")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -398,16 +349,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("devices", help="list device profiles")
     p.add_argument("--json", action="store_true", help="print JSON, efficiency sources included")
     p.set_defaults(handler=_cmd_devices)
-    p = sub.add_parser("simulate", help="simulate one serving step (default: Kimi-K2.5 on 8 x H200, TP8, decode)")
-    add_simulate_arguments(p)
-    add_speculative_arguments(p)
-    add_cost_model_arguments(p)
+    p = sub.add_parser("simulate", help="simulate one serving step (default: the adapters' default model on "
+                                        "8 x H200, TP8, decode)")
+    add_request_arguments(p)
+    g = p.add_argument_group("output")
+    g.add_argument("--json", action="store_true", help="print the result as JSON (schema: docs/simulate.md)")
+    g.add_argument("--output-json", metavar="FILE", help="also write the JSON result to FILE")
+    g.add_argument("--chrome-trace", metavar="FILE", help="write one step as a Chrome trace (open in Perfetto)")
+    g.add_argument("--show-ops", type=_int, default=10, metavar="N", help="operators in the summary table (default 10)")
     p.set_defaults(handler=_cmd_simulate)
     p = sub.add_parser("plan", help="sweep layouts, batch sizes and speculative settings; Pareto frontier, plot, "
                                     "launch command")
     add_plan_arguments(p)
-    add_speculative_arguments(p, grid=True)
-    add_cost_model_arguments(p)
+    add_request_arguments(p, only=[f for f in SPEC_FIELDS if f not in GRID_FIELDS] + list(COST_FIELDS))
     p.set_defaults(handler=_cmd_plan)
     return parser
 
@@ -425,7 +379,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.handler(args, console)
     except InfercastError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/bold red] {escape(str(exc))}", highlight=False, markup=True)
+        from infercast.request import FieldError, flag_of
+
+        message = exc.render(flag_of) if isinstance(exc, FieldError) else str(exc)
+        Console(stderr=True).print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False, markup=True)
         return EXIT_USAGE
 
 

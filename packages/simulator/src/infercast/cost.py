@@ -100,7 +100,7 @@ def _gemm(record: OpRecord) -> OpCost:
 
 @register_cost("infercast::mla_bmm")
 def _mla_bmm(record: OpRecord) -> OpCost:
-    x, w, out = record["x"], record["weight"], record.outputs[0]
+    x, w = record["x"], record["weight"]
     heads, tokens, k = x.shape
     n = w.shape[-1]
     return OpCost(flops=2.0 * heads * tokens * k * n, compute_dtype=DTYPE_NAMES.get(x.dtype, "bf16"),

@@ -17,8 +17,7 @@ counts and lengths; the MoE shape, routing and EP split; collective sizes and gr
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from infercast_adapters import InfercastError

@@ -9,7 +9,7 @@ row in the output, with its source; none is folded into a kernel's efficiency.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 from infercast_adapters import InfercastError

@@ -25,16 +25,10 @@ from infercast.build import BuiltModel, build
 from infercast.devices import GIB, DeviceSpec
 from infercast.layers import KV_DTYPES, SimContext
 from infercast.parallel import Parallel, Workload, validate_layout
-from infercast.simulate import (
-    MEMORY_FRACTION,
-    UserInput,
-    _resolve_quant,
-    cost_model_for,
-    phase_of,
-    routed_experts,
-    spec_host_rows,
-    speculative_request,
-)
+from infercast.memory import MEMORY_FRACTION
+from infercast.pricing import cost_model_for, phase_of, spec_host_rows
+from infercast.request import UserInput
+from infercast.simulate import _resolve_quant, routed_experts, speculative_request
 from infercast.step import price_records, step_time
 from infercast.trace import trace
 
@@ -156,7 +150,7 @@ def pareto(configs: Iterable[Config]) -> list[Config]:
 
 class Planner:
     def __init__(self, request: PlanRequest, *, manager: Any = None, devices: Any = None) -> None:
-        from infercast.plugins import bundled_model_refs, get_devices, get_manager
+        from infercast.plugins import get_devices, get_manager, known_model_refs
 
         self.request = request
         self.manager = manager or get_manager()
@@ -167,7 +161,7 @@ class Planner:
         self.costs = cost_model_for(UserInput(engine=request.engine, engine_version=request.engine_version,
                                               calibration=request.calibration, cost_model=request.cost_model),
                                     self.device)
-        self.config = load_config(request.model, manager=self.manager, known_models=bundled_model_refs())
+        self.config = load_config(request.model, manager=self.manager, known_models=known_model_refs(manager))
         self.manager.patch_config(self.config)
         self.profile = self.manager.profile_for(self.config.model_type)
         if self.profile is None:
@@ -202,7 +196,7 @@ class Planner:
         if key not in self._built:
             parallel = Parallel(layout.num_devices, layout.tp, layout.dp, layout.ep,
                                 scale_up_domain=self.device.scale_up_domain())
-            plan = _resolve_quant(self.config, self.text, quant)
+            plan = _resolve_quant(self.config, self.text, quant, self.profile)
             ctx = SimContext(parallel=parallel, workload=Workload(1, 1, 0, True), quant=plan,
                              kv_cache_dtype=KV_DTYPES[self.request.kv_cache_dtype],
                              expert_imbalance=self.request.expert_imbalance)

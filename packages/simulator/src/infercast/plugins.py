@@ -38,9 +38,21 @@ def get_devices() -> DeviceRegistry:
     return devices_from(get_manager())
 
 
-def bundled_model_refs() -> list[str]:
-    """Model references that resolve offline through the built-ins and installed adapters."""
-    refs = list(builtin_models.BUNDLED)
-    for plugin in get_manager().pluggy_manager.get_plugins():
-        refs += list(getattr(plugin, "BUNDLED_REFS", ()))
-    return refs
+def known_model_refs(manager: AdapterManager | None = None) -> list[str]:
+    """Model and draft references that resolve offline, as the plugins name them."""
+    manager = manager or get_manager()
+    refs = [ref.ref for ref, _ in manager.models()]
+    return refs + [o.draft for o in manager.speculative_options() if o.draft and o.draft not in refs]
+
+
+def default_model(manager: AdapterManager | None = None) -> str:
+    """The default model: the installed adapters' highest offer (the built-ins offer
+    DeepSeek-V3; infercast-kimi-k25 offers Kimi-K2.5)."""
+    manager = manager or get_manager()
+    ref = manager.default_model()
+    if ref is None:
+        from infercast_adapters import InfercastError
+
+        raise InfercastError("no default model: no installed adapter offers one; name a model, e.g. "
+                             "`infercast simulate deepseek-ai/DeepSeek-V3`")
+    return ref

@@ -57,7 +57,11 @@ SCHEMES: dict[str, QuantScheme] = {
         QuantScheme("W8A8_STATIC", 8, None, "int8"),
         QuantScheme("W4A8_DYNAMIC", 4, 128, "int8", dynamic_activation=True),
         QuantScheme("W4A16", 4, 128, "bf16"),
-        QuantScheme("FP8", 8, None, "fp8", dynamic_activation=True, scale_bits=32, block=(128, 128)),
+        # online FP8 as engines do it for a 16-bit checkpoint (--quantization fp8): per-channel
+        # weight scales, per-token dynamic activation scales
+        QuantScheme("FP8", 8, None, "fp8", dynamic_activation=True, scale_bits=32),
+        # DeepSeek-V3's checkpoint format: 128 x 128 weight blocks, per-token-group activations
+        QuantScheme("FP8_BLOCK", 8, None, "fp8", dynamic_activation=True, scale_bits=32, block=(128, 128)),
         QuantScheme("MXFP4", 4, 32, "fp4", scale_bits=8),
     )
 }
@@ -96,29 +100,47 @@ def _matches(patterns: list[str], name: str) -> bool:
     return False
 
 
-def plan_from_checkpoint(quantization_config: Any) -> QuantPlan:
+def plan_from_checkpoint(quantization_config: Any, profile: Any = None) -> QuantPlan:
     """The plan a checkpoint's ``quantization_config`` describes (BF16 when there is none).
 
     Understands compressed-tensors pack-quantized int groups (Kimi-K2.5: INT4 group-32 routed
     experts, the ``ignore`` list keeping attention, shared experts and dense MLPs in bf16) and
-    FP8 block quantization (DeepSeek-V3: e4m3 weights in 128x128 blocks).
+    FP8 block quantization (DeepSeek-V3: e4m3 weights in 128x128 blocks). Whether dense linears
+    are ignored is asked of the checkpoint with the name of an attention output projection
+    under the ``profile``'s layers path.
     """
     if not quantization_config:
         return QuantPlan(BF16, BF16, source="bf16 checkpoint")
-    q = dict(quantization_config) if not isinstance(quantization_config, dict) else quantization_config
+    q = quantization_config if isinstance(quantization_config, dict) else getattr(quantization_config, "to_dict",
+                                                                                  lambda: None)()
+    if not isinstance(q, dict):
+        raise InfercastError(f"the checkpoint's quantization_config is {type(quantization_config).__name__} "
+                             f"{quantization_config!r}, not a mapping; fix the config or pass --quantize-linear-action")
     method = q.get("quant_method")
     if method == "fp8":
-        block = tuple(q.get("weight_block_size") or (128, 128))
-        fp8 = QuantScheme("FP8", 8, None, "fp8", dynamic_activation=True, scale_bits=32, block=block)  # type: ignore[arg-type]
+        block = q.get("weight_block_size")
+        if block is not None and not (isinstance(block, (list, tuple)) and len(block) == 2 and all(
+                isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+            raise InfercastError(f"quantization_config.weight_block_size must be two positive integers, got {block!r}")
+        if not block:
+            return QuantPlan(SCHEMES["FP8"], SCHEMES["FP8"], source="checkpoint fp8 per-channel")
+        block = tuple(block)
+        fp8 = QuantScheme("FP8_BLOCK", 8, None, "fp8", dynamic_activation=True, scale_bits=32, block=block)  # type: ignore[arg-type]
         return QuantPlan(fp8, fp8, source=f"checkpoint fp8 {block[0]}x{block[1]} blocks")
     if method == "compressed-tensors":
         groups = q.get("config_groups") or {}
-        weights = next(iter(groups.values()), {}).get("weights", {}) if groups else {}
-        bits = int(weights.get("num_bits", 16))
-        group = weights.get("group_size")
+        first = next(iter(groups.values()), {}) if isinstance(groups, dict) else None
+        weights = first.get("weights") if isinstance(first, dict) else None
+        weights = weights if isinstance(weights, dict) else {}
+        bits, group = weights.get("num_bits", 16), weights.get("group_size")
+        if bits not in (2, 3, 4, 8, 16) or isinstance(bits, bool):
+            raise InfercastError(f"quantization_config weights num_bits must be 2, 3, 4, 8 or 16, got {bits!r}")
+        if group is not None and (isinstance(group, bool) or not isinstance(group, int) or group < 1):
+            raise InfercastError(f"quantization_config weights group_size must be a positive integer, got {group!r}")
         ignore = list(q.get("ignore") or [])
         routed = QuantScheme(f"W{bits}A16", bits, group, "bf16")
-        dense_ignored = _matches(ignore, "model.layers.1.self_attn.o_proj")
+        layers_path = getattr(profile, "layers_path", "model.layers")
+        dense_ignored = _matches(ignore, f"{layers_path}.1.self_attn.o_proj")
         dense = BF16 if dense_ignored else routed
         return QuantPlan(routed, dense, source=f"checkpoint compressed-tensors int{bits} group {group}")
     raise InfercastError(

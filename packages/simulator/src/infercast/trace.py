@@ -90,7 +90,7 @@ class _Recorder(TorchDispatchMode):
             flat_args, _ = tree_flatten((args, kwargs))
             flat_out, _ = tree_flatten(out)
             named = {}
-            if func.namespace == "infercast":
+            if func.namespace not in ("aten", "prims"):
                 names = [a.name for a in func._schema.arguments]
                 named = {n: self._spec(v) for n, v in zip(names, args)}
                 named.update({n: self._spec(v) for n, v in kwargs.items()})

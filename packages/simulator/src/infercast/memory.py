@@ -1,0 +1,40 @@
+"""One memory model for simulate and plan: weights, KV cache and activations per device."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from infercast.devices import GIB, DeviceSpec
+
+if TYPE_CHECKING:
+    from infercast.build import BuiltModel
+    from infercast.layers import SimContext
+    from infercast.trace import OpRecord
+
+MEMORY_FRACTION = 0.90
+"""Share of device memory for weights, KV cache and activations (the rest: CUDA context,
+graphs, allocator slack), close to sglang's ``mem_fraction_static`` on large GPUs."""
+
+
+def memory(built: BuiltModel, records: list[OpRecord], device: DeviceSpec, ctx: SimContext, extra_weight_bytes: int = 0,
+           extra_kv_per_token: int = 0) -> tuple[dict[str, float], int]:
+    """Per device: weights, the KV cache of this step's requests, the largest live activation,
+    their total against the usable capacity, and how many requests fit at this context."""
+    weights = built.sim.weight_bytes() + extra_weight_bytes
+    kv_per_token = sum(layer.self_attn.kv_bytes_per_token() for layer in built.sim.layers) + extra_kv_per_token
+    kv = kv_per_token * ctx.requests * ctx.workload.kv_length
+    activation = 0
+    for r in records:
+        inputs = r.tensors()[:1] if r.name in ("infercast::attention", "infercast::mla_attention") else r.tensors()
+        live = sum(t.nbytes for t in inputs if t.role == "activation") + sum(o.nbytes for o in r.outputs)
+        activation = max(activation, live)
+    capacity = device.memory_bytes * MEMORY_FRACTION
+    per_request = kv_per_token * ctx.workload.kv_length + activation / max(ctx.requests, 1)
+    max_requests = max(0, math.floor((capacity - weights) / per_request)) * ctx.parallel.dp if per_request else 0
+    memory = {
+        "weights": weights / GIB, "kv_cache": kv / GIB, "activations": activation / GIB,
+        "total": (weights + kv + activation) / GIB, "capacity": capacity / GIB,
+        "kv_cache_per_token_mib": kv_per_token / 2**20,
+    }
+    return memory, max_requests

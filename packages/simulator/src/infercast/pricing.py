@@ -1,0 +1,180 @@
+"""Pricing a traced step or speculative cycle: the cost model, the step's composition, the rows."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from infercast.simulate import SpecRequest
+
+from infercast_adapters import InfercastError
+
+from infercast.build import BuiltModel
+from infercast.costmodel import SOURCES, CostModel, Phase
+from infercast.devices import GIB, DeviceSpec
+from infercast.layers import SimContext, SimMoE
+from infercast.memory import MEMORY_FRACTION, memory
+from infercast.parallel import Workload
+from infercast.request import UserInput
+from infercast.results import OpRow, SimResult
+from infercast.step import HostRow, forward_seconds, price_records, step_time
+from infercast.trace import OpRecord, trace
+
+
+def _path_pattern(path: str) -> str:
+    return re.sub(r"(^|\.)\d+(?=\.|$)", r"\1*", path)
+
+
+def cost_model_for(user: UserInput, device: DeviceSpec) -> CostModel:
+    """The pricing stack ``user`` asks for: calibration file, measured tables, analytic."""
+    from infercast.kernels.calibration import load_calibration
+
+    if user.cost_model not in ("measured", "analytic"):
+        raise InfercastError(f"unknown --cost-model {user.cost_model!r}; valid: measured, analytic")
+    calibration = load_calibration(user.calibration, device) if user.calibration else None
+    return CostModel(device, user.engine, user.engine_version, calibration, measured=user.cost_model == "measured")
+
+
+def phase_of(model: CostModel, ctx: SimContext, decode: bool) -> Phase:
+    """Decode replays a CUDA graph up to the engine's capture size; prefill launches eagerly
+    unless the engine captures prefill too."""
+    engine = model.engine
+    graph = (ctx.requests <= engine.decode_graph_max_batch) if decode else engine.prefill_graph
+    return Phase(graph=graph, decode=decode, scale_up_domain=ctx.parallel.scale_up_domain)
+
+
+def price(user: UserInput, built: BuiltModel, records: list[OpRecord], model: CostModel, ctx: SimContext,
+          decode: bool, query_length: int, context: int, quant_text: str, *, micro: list[OpRecord] | None = None,
+          extra_weight_bytes: int = 0, extra_kv_per_token: int = 0, speculative: bool = False) -> SimResult:
+    """Price every record, compose the step (streams, overlap, host), add memory
+    (``extra_*``: a draft's share; ``micro``: one micro-batch's records under two-batch overlap)."""
+    p = ctx.parallel
+    device = model.device
+    phase = phase_of(model, ctx, decode)
+    priced = price_records(records, model, phase)
+    step = step_time(priced, model, phase, micro=price_records(micro, model, phase) if micro else None,
+                     requests=ctx.requests, host_step=not speculative)
+    if speculative:
+        step.host += spec_host_rows(model.engine, ctx.requests)
+    step_s = step.seconds
+    request_s = 0.0 if decode else model.engine.request.at(query_length)
+    total_s = step_s + request_s
+    shared = step.compute_s + step.communication_s + sum(h.seconds for h in step.host) + request_s
+    # what the shares divide: the kernels back to back, plus the host rows
+
+    rows: dict[tuple[str, str], list] = {}
+    for r, t in priced:
+        key = (f"{r.name.split('::')[-1]} ({_path_pattern(r.path)})", t.source)
+        row = rows.setdefault(key, [0, 0.0, defaultdict(float), t.origin])
+        row[0] += r.count
+        row[1] += t.seconds * r.count
+        row[2][t.bound] += t.seconds * r.count
+    ops = [OpRow(name, int(v[0]), float(v[1]) * 1e3, float(v[1]) / shared if shared else 0.0,
+                 max(v[2].items(), key=lambda kv: kv[1])[0], source, v[3]) for (name, source), v in rows.items()]
+    hosts = step.host + ([HostRow("request: HTTP, tokenization, scheduling, first token out (TTFT)", request_s,
+                                  model.engine.request.source)] if request_s else [])
+    ops += [OpRow(h.name, 1, h.seconds * 1e3, h.seconds / shared if shared else 0.0, "host", "engine", h.source)
+            for h in hosts]
+    ops.sort(key=lambda row: row.total_ms, reverse=True)
+    shares = {s: 0.0 for s in (*SOURCES, "engine")}
+    for row in ops:
+        shares[row.source] += row.share
+
+    usage, max_queries = memory(built, records, device, ctx, extra_weight_bytes, extra_kv_per_token)
+    feasible = usage["total"] <= usage["capacity"]
+    throughput = (user.num_queries * (1 if decode else query_length)) / step_s / p.num_devices
+    moe = next((m for m in built.sim.modules() if isinstance(m, SimMoE)), None)
+    notes = list(model.notes)
+    if not feasible:
+        notes.append(
+            f"does not fit: needs {usage['total']:.1f} GiB per device, {usage['capacity']:.1f} GiB usable "
+            f"({MEMORY_FRACTION:.0%} of {device.memory_bytes / GIB:.1f} GiB)"
+        )
+    return SimResult(
+        model=user.model, model_type=built.profile.model_type, device=device.name, num_devices=p.num_devices,
+        parallel={"tp": p.tp, "dp": p.dp, "ep": p.ep, "moe_tp": p.moe_tp, "shared_expert_tp": p.shared_expert_tp,
+                  "two_batch_overlap": p.two_batch_overlap},
+        phase="decode" if decode else "prefill",
+        workload={"num_queries": user.num_queries, "query_length": query_length, "context_length": context,
+                  "requests_per_rank": ctx.requests, "tokens_per_rank": ctx.tokens},
+        quantization=quant_text, kv_cache_dtype=str(ctx.kv_cache_dtype).replace("torch.", ""),
+        step_latency_ms=step_s * 1e3,
+        ttft_ms=None if decode else total_s * 1e3,
+        tpot_ms=step_s * 1e3 / query_length if decode else None,
+        throughput_tokens_per_s_per_device=throughput,
+        compute_ms=step.compute_s * 1e3, communication_ms=step.communication_s * 1e3,
+        kernel_count=sum(r.count for r, _ in priced),
+        memory_gib=usage, feasible=feasible, max_num_queries=max_queries,
+        parameters_billion=built.param_count / 1e9,
+        vision_parameters_billion=built.vision_param_count / 1e9,
+        routing_assumption=moe.routing_assumption if moe is not None else None,
+        ops=ops, simulation_wall_s=0.0, notes=notes,
+        cost_model={"engine": model.engine.name, "engine_version": model.engine_version, "sources": model.describe(),
+                    "cuda_graph": phase.graph, "measured_share": shares},
+        _timed=priced,
+    )
+
+
+def spec_host_rows(engine: Any, requests: int) -> list[HostRow]:
+    """The host time a speculative cycle waits for, in place of the decode step's: without
+    the overlapped scheduler every cycle pays the engine's whole per-step host work."""
+    cost = engine.spec_step()
+    return [HostRow("host: per-cycle scheduling and output processing (speculative)", cost.at(requests), cost.source)]
+
+
+def price_speculative(user: UserInput, built: BuiltModel, records: list[OpRecord], model: CostModel, ctx: SimContext,
+                      context: int, quant_text: str, spec: SpecRequest, manager: Any) -> SimResult:
+    """Price one speculative cycle (draft forwards, verify, extend) against plain decode."""
+    from infercast.speculative import (
+        cycle_forwards,
+        draft_for,
+        relabel,
+        trace_draft,
+        weight_bytes,
+    )
+
+    p, s = ctx.parallel, spec.settings
+    base = price(user, built, records, model, ctx, True, 1, context, quant_text)
+    phase = phase_of(model, ctx, True)
+    draft, draft_ctx = draft_for(spec.draft_config, built, ctx, manager)
+    draft_weights = weight_bytes(draft)
+    cycle: list[OpRecord] = []
+    forwards = []
+    for forward in cycle_forwards(s.num_steps, s.topk, s.num_draft_tokens):
+        workload = Workload(num_queries=user.num_queries, query_length=forward.tokens_per_request,
+                            context_length=context, decode=True)
+        if forward.model == "target":
+            with ctx.using(workload):
+                got = trace(built.sim, ctx.tokens)
+        else:
+            with draft_ctx.using(workload):
+                got = trace_draft(draft, draft_ctx.tokens, forward.logits_per_request)
+        seconds = forward_seconds(got, model, phase)
+        forwards.append({"name": forward.name, "model": forward.model, "tokens_per_request": forward.tokens_per_request,
+                         "count": forward.count, "ms_each": seconds * 1e3})
+        if forward.count:
+            cycle += relabel(got, forward.name, forward.count)
+    n = s.num_draft_tokens
+    with ctx.using(Workload(num_queries=user.num_queries, query_length=n, context_length=context, decode=True)):
+        result = price(user, built, cycle, model, ctx, True, n, context, quant_text, extra_weight_bytes=draft_weights,
+                       extra_kv_per_token=draft.kv_bytes_per_token(), speculative=True)
+    cycle_ms = result.step_latency_ms
+    tpot = cycle_ms / spec.accept_length
+    result.workload["num_draft_tokens"] = n
+    result.tpot_ms = tpot
+    result.throughput_tokens_per_s_per_device = user.num_queries * spec.accept_length / (cycle_ms / 1e3) / p.num_devices
+    result.memory_gib["draft_weights"] = draft_weights / GIB
+    result.speculative = {
+        "algorithm": spec.algorithm, "draft_model": spec.draft_model, "draft_architecture": draft.architecture,
+        "num_steps": s.num_steps, "topk": s.topk, "num_draft_tokens": n,
+        "acceptance": spec.acceptance, "accept_length": spec.accept_length,
+        "accept_rate": (spec.accept_length - 1) / (n - 1),
+        "cycle_ms": cycle_ms, "forwards": forwards,
+        "baseline_tpot_ms": base.tpot_ms,
+        "baseline_throughput_tokens_per_s_per_device": base.throughput_tokens_per_s_per_device,
+        "speedup": base.tpot_ms / tpot,
+        "draft_parameters_billion": draft.total_logical_params() / 1e9,
+    }
+    return result

@@ -215,26 +215,6 @@ class AdapterManager:
                 return plugin, exc
             for profile in found:
                 profiles[profile.model_type] = RegisteredProfile(profile, plugin)
-        layers: dict[str, tuple[type, str]] = {}
-        for plugin, function, argnames in self._impls("infercast_register_draft_layers", registration_order=True):
-            found_layers: list[tuple[str, type]] = []
-            try:
-                self._call(
-                    plugin, "infercast_register_draft_layers", function, argnames,
-                    register=lambda model_type, cls: found_layers.append((model_type, cls)),
-                )
-                for model_type, cls in found_layers:
-                    if not isinstance(cls, type):
-                        raise PluginError(f"plugin {plugin!r}: draft layer for {model_type!r} is {cls!r}, not a class")
-                    if model_type in layers:
-                        raise PluginError(
-                            f"draft layer for {model_type!r} is registered by both plugin "
-                            f"{layers[model_type][1]!r} and plugin {plugin!r}"
-                        )
-            except InfercastError as exc:
-                return plugin, exc
-            for model_type, cls in found_layers:
-                layers[model_type] = (cls, plugin)
         builders: dict[tuple[str, str], tuple[Callable[..., Any], str]] = {}
         for plugin, function, argnames in self._impls("infercast_register_sim_layers", registration_order=True):
             found_builders: list[tuple[str, str, Callable[..., Any]]] = []
@@ -285,7 +265,7 @@ class AdapterManager:
                     return plugin, exc
                 entries += [(entry, plugin) for entry in found_entries]
             catalogs[hook] = entries
-        self._profiles, self._draft_layers, self._sim_layers = profiles, layers, builders
+        self._profiles, self._sim_layers = profiles, builders
         self._models, self._speculative = catalogs["infercast_register_models"], catalogs["infercast_register_speculative"]
         return None
 
@@ -323,10 +303,42 @@ class AdapterManager:
         return [option for option, _ in self._speculative if model_type is None or option.model_type == model_type]
 
     def draft_layers(self) -> dict[str, type]:
-        """EAGLE3 draft decoder-layer classes by target model_type."""
+        """EAGLE3 draft decoder-layer classes by target model_type. Collected on first use,
+        not at start-up: registering a layer class imports model code."""
         self._collect()
-        assert self._draft_layers is not None
+        while self._draft_layers is None:
+            failed = self._try_collect_draft_layers()
+            if failed is not None:
+                name, exc = failed
+                dist, version = self._origins.get(name, (None, None))
+                self.unregister(name)
+                self._fail(name, dist, version, exc)
+                self._collect()
         return {model_type: cls for model_type, (cls, _) in self._draft_layers.items()}
+
+    def _try_collect_draft_layers(self) -> tuple[str, BaseException] | None:
+        layers: dict[str, tuple[type, str]] = {}
+        for plugin, function, argnames in self._impls("infercast_register_draft_layers", registration_order=True):
+            found_layers: list[tuple[str, type]] = []
+            try:
+                self._call(
+                    plugin, "infercast_register_draft_layers", function, argnames,
+                    register=lambda model_type, cls: found_layers.append((model_type, cls)),
+                )
+                for model_type, cls in found_layers:
+                    if not isinstance(cls, type):
+                        raise PluginError(f"plugin {plugin!r}: draft layer for {model_type!r} is {cls!r}, not a class")
+                    if model_type in layers:
+                        raise PluginError(
+                            f"draft layer for {model_type!r} is registered by both plugin "
+                            f"{layers[model_type][1]!r} and plugin {plugin!r}"
+                        )
+            except InfercastError as exc:
+                return plugin, exc
+            for model_type, cls in found_layers:
+                layers[model_type] = (cls, plugin)
+        self._draft_layers = layers
+        return None
 
     # --------------------------------------------------------------------- per-model hooks
 

@@ -84,11 +84,11 @@ VISION_CONFIG: dict[str, Any] = {
 
 
 def kimi_k25_config():
-    """A fresh native transformers ``Kimi_K25Config`` for Kimi-K2.5."""
-    from transformers import AutoConfig
+    """A fresh native transformers ``Kimi_K25Config`` for Kimi-K2.5 (the config class straight
+    from transformers' lazy mapping: ``AutoConfig`` would scan every model package, ~1 s)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    return AutoConfig.for_model(
-        "kimi_k25",
+    return CONFIG_MAPPING["kimi_k25"](
         text_config=dict(TEXT_CONFIG),
         vision_config=dict(VISION_CONFIG),
         projection_hidden_size=1152,

@@ -288,7 +288,7 @@ DEFAULT_SPEC_GRID = "s1,s2,s3,s4,s5"
 
 
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
-    from infercast.simulate import DEFAULT_DEVICE
+    from infercast.request import DEFAULT_DEVICE
 
     p.add_argument("model", help="hub id, alias, config.json or model directory")
     p.add_argument("--device", default=DEFAULT_DEVICE, help=f"device name (default {DEFAULT_DEVICE})")

@@ -143,6 +143,8 @@ class CostModel:
 
 def _record_key(record: OpRecord, phase: Phase) -> tuple:
     def spec(v):
+        if isinstance(v, (list, tuple)):
+            return tuple(spec(item) for item in v)
         shape = getattr(v, "shape", None)
         return (shape, str(v.dtype)) if shape is not None else v
 

@@ -190,7 +190,7 @@ class SimGQAAttention(SimModule):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = OPS.rope(q, k)
-        OPS.kv_cache_write(torch.cat([k.reshape(T, -1), v], -1), str(ctx.kv_cache_dtype))
+        OPS.kv_cache_write(OPS.cat([k.reshape(T, -1), v], -1), str(ctx.kv_cache_dtype))
         cached = ctx.requests * ctx.workload.kv_length
         k_cache = torch.empty(cached, self.kv_heads, self.head_dim, dtype=ctx.kv_cache_dtype, device=META)
         out = OPS.attention(q, k_cache, k_cache, ctx.requests, ctx.workload.query_length, ctx.workload.kv_length, True)
@@ -259,7 +259,7 @@ class SimMLAAttention(SimModule):
         requests, kv_len = ctx.requests, ctx.workload.kv_length
         if ctx.workload.decode:
             q_absorbed = OPS.mla_bmm(q_nope.transpose(0, 1), self.w_kc, "pre")                # [H, T, latent]
-            q_full = torch.cat([q_absorbed.transpose(0, 1), q_pe], -1)                          # [T, H, 576]
+            q_full = OPS.cat([q_absorbed.transpose(0, 1), q_pe], -1)                          # [T, H, 576]
             cache = torch.empty(requests * kv_len, self.latent_width, dtype=ctx.kv_cache_dtype, device=META)
             out_latent = OPS.mla_attention(q_full, cache, requests, ctx.workload.query_length, kv_len, self.kv_lora_rank)
             out = OPS.mla_bmm(out_latent.transpose(0, 1), self.w_vc, "post").transpose(0, 1)   # [T, H, v]
@@ -267,8 +267,8 @@ class SimMLAAttention(SimModule):
             cached_latent = torch.empty(requests * kv_len, self.kv_lora_rank, dtype=ACT_DTYPE, device=META)
             kv = self.kv_b_proj(cached_latent).view(requests * kv_len, self.heads, self.nope + self.v_dim)
             k_nope, v = kv.split([self.nope, self.v_dim], -1)
-            k = torch.cat([k_nope, k_pe.new_empty(requests * kv_len, 1, self.rope_dim).expand(-1, self.heads, -1)], -1)
-            q_full = torch.cat([q_nope, q_pe], -1)
+            k = OPS.cat([k_nope, k_pe.new_empty(requests * kv_len, 1, self.rope_dim).expand(-1, self.heads, -1)], -1)
+            q_full = OPS.cat([q_nope, q_pe], -1)
             out = OPS.mla_prefill_attention(q_full, k, v, requests, ctx.workload.query_length, kv_len)
         return self.o_proj(out.reshape(T, self.heads * self.v_dim))
 
@@ -349,7 +349,7 @@ class SimMoE(SimModule):
                 shared = OPS.reduce_scatter(self.shared_experts(gathered), p.tp, "attn_tp")
             else:
                 shared = self.shared_experts(tokens)
-            out = out + shared
+            out = OPS.add(out, shared)
         return out
 
 
@@ -444,7 +444,7 @@ class SimLMHead(SimModule):
         per_request = rows if rows is not None else (ctx.workload.query_length if ctx.workload.decode else 1)
         last = ctx.requests * per_request
         if last != h.shape[0]:
-            h = h[torch.arange(last, device=META)]
+            h = OPS.index(h, last)
         logits = self.lm_head(h)
         if ctx.parallel.tp > 1:
             logits = OPS.all_gather(logits, ctx.parallel.tp, "attn_tp")

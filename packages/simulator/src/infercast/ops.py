@@ -13,6 +13,11 @@ import torch
 NAMESPACE = "infercast"
 
 
+def _like(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """An empty tensor like ``x`` (``torch.empty_like`` on meta imports sympy on first use, ~0.4 s)."""
+    return x.new_empty(x.shape, dtype=dtype or x.dtype)
+
+
 # -- GEMMs -------------------------------------------------------------------------------
 
 
@@ -49,7 +54,7 @@ def quantize_activation(x: torch.Tensor, dtype: str) -> torch.Tensor:
 
 @quantize_activation.register_fake
 def _(x, dtype):
-    return torch.empty_like(x, dtype=torch.int8)
+    return _like(x, dtype=torch.int8)
 
 
 # -- attention ---------------------------------------------------------------------------
@@ -129,7 +134,44 @@ def rope(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 @rope.register_fake
 def _(q, k):
-    return torch.empty_like(q), torch.empty_like(k)
+    return _like(q), _like(k)
+
+
+@torch.library.custom_op("infercast::cat", mutates_args=())
+def cat(tensors: list[torch.Tensor], dim: int) -> torch.Tensor:
+    """Concatenate along ``dim`` (a copy kernel; its meta ``aten::cat`` would import sympy)."""
+    raise NotImplementedError
+
+
+@cat.register_fake
+def _(tensors, dim):
+    first = tensors[0]
+    dim = dim % first.dim()
+    shape = list(first.shape)
+    shape[dim] = sum(t.shape[dim] for t in tensors)
+    return first.new_empty(shape)
+
+
+@torch.library.custom_op("infercast::add", mutates_args=())
+def add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Elementwise sum (a residual or a second branch joined)."""
+    raise NotImplementedError
+
+
+@add.register_fake
+def _(a, b):
+    return _like(a)
+
+
+@torch.library.custom_op("infercast::index", mutates_args=())
+def index(x: torch.Tensor, rows: int) -> torch.Tensor:
+    """Gather ``rows`` rows of ``x`` (the last token of each request before the lm_head)."""
+    raise NotImplementedError
+
+
+@index.register_fake
+def _(x, rows):
+    return x.new_empty(rows, *x.shape[1:])
 
 
 # -- elementwise kernels engines fuse ----------------------------------------------------
@@ -142,7 +184,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 @rms_norm.register_fake
 def _(x, weight):
-    return torch.empty_like(x)
+    return _like(x)
 
 
 @torch.library.custom_op("infercast::fused_add_rms_norm", mutates_args=())
@@ -153,7 +195,7 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
 
 @fused_add_rms_norm.register_fake
 def _(x, residual, weight):
-    return torch.empty_like(x), torch.empty_like(residual)
+    return _like(x), _like(residual)
 
 
 @torch.library.custom_op("infercast::layer_norm", mutates_args=())
@@ -164,7 +206,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> tor
 
 @layer_norm.register_fake
 def _(x, weight, bias):
-    return torch.empty_like(x)
+    return _like(x)
 
 
 @torch.library.custom_op("infercast::gelu", mutates_args=())
@@ -175,7 +217,7 @@ def gelu(x: torch.Tensor) -> torch.Tensor:
 
 @gelu.register_fake
 def _(x):
-    return torch.empty_like(x)
+    return _like(x)
 
 
 @torch.library.custom_op("infercast::silu_and_mul", mutates_args=())
@@ -223,7 +265,7 @@ def fused_moe(
 @fused_moe.register_fake
 def _(x, w13, w13_scale, w2, w2_scale, num_tokens, top_k, num_experts, local_experts, routed_rows, active_experts,
       straggler, moe_tp, dtype, distribution):
-    return torch.empty_like(x)
+    return _like(x)
 
 
 # -- collectives -------------------------------------------------------------------------
@@ -236,7 +278,7 @@ def all_reduce(x: torch.Tensor, group_size: int, group: str) -> torch.Tensor:
 
 @all_reduce.register_fake
 def _(x, group_size, group):
-    return torch.empty_like(x)
+    return _like(x)
 
 
 @torch.library.custom_op("infercast::all_gather", mutates_args=())

@@ -80,7 +80,7 @@ class SimDraftLayer(SimModule):
 
     def forward(self, embeds: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         tp = self.ctx.parallel.tp
-        x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], -1)
+        x = OPS.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], -1)
         a = self.self_attn(x)
         if tp > 1:
             a = OPS.all_reduce(a, tp, "attn_tp")
@@ -88,7 +88,7 @@ class SimDraftLayer(SimModule):
         m = self.mlp(h)
         if tp > 1:
             m = OPS.all_reduce(m, tp, "attn_tp")
-        return m + residual
+        return OPS.add(m, residual)
 
 
 class SimMTPLayer(SimModule):
@@ -107,9 +107,9 @@ class SimMTPLayer(SimModule):
         return self.decoder.self_attn.kv_bytes_per_token()
 
     def forward(self, embeds: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
-        x = self.eh_proj(torch.cat([self.enorm(embeds), self.hnorm(hidden)], -1))
-        h, residual = self.decoder(x, torch.zeros_like(x))
-        return h + residual
+        x = self.eh_proj(OPS.cat([self.enorm(embeds), self.hnorm(hidden)], -1))
+        h, residual = self.decoder(x, x.new_empty(x.shape))
+        return OPS.add(h, residual)
 
 
 class SimDraft(SimModule):
@@ -141,7 +141,7 @@ class SimDraft(SimModule):
         if self.fc is not None:
             hidden = self.fc(hidden)
         h = self.layer(embeds, hidden)
-        return self.head(h, torch.zeros_like(h), rows=logits_rows)
+        return self.head(h, h.new_empty(h.shape), rows=logits_rows)
 
 
 def trace_draft(draft: SimDraft, tokens: int, logits_rows: int) -> list[OpRecord]:

@@ -114,8 +114,8 @@ class SimVisionBlock(SimModule):
         q, k, v = self.qkv(self.norm1(x)).view(T, 3, self.heads, self.head_dim).unbind(1)
         q, k = OPS.rope(q, k)
         out = OPS.attention(q, k, v, images, patches, patches, False)
-        x = x + self._reduce(self.proj(out.reshape(T, self.heads * self.head_dim)))
-        return x + self._reduce(self.fc2(OPS.gelu(self.fc1(self.norm2(x)))))
+        x = OPS.add(x, self._reduce(self.proj(out.reshape(T, self.heads * self.head_dim))))
+        return OPS.add(x, self._reduce(self.fc2(OPS.gelu(self.fc1(self.norm2(x))))))
 
 
 class SimVisionTower(SimModule):
@@ -142,7 +142,7 @@ class SimVisionTower(SimModule):
     def embed(self, patches: int) -> torch.Tensor:
         pixels = torch.empty(patches, self.patch_dim, dtype=ACT_DTYPE, device=META)
         x = self.patch_embed(pixels)
-        return x + torch.empty_like(x)  # interpolated position embedding
+        return OPS.add(x, x.new_empty(x.shape))  # interpolated position embedding
 
     def project(self, x: torch.Tensor) -> torch.Tensor:
         x = self.projector_norm(self.final_norm(x))

@@ -103,6 +103,7 @@ def test_hub_flow_retries_with_remote_code_then_reloads_natively(monkeypatch: py
         return RemoteKimiK2Config()
 
     monkeypatch.setattr("transformers.AutoConfig.from_pretrained", from_pretrained)
+    monkeypatch.setattr(config_module, "hub_unreachable", lambda: None)
     config = config_module.load_hub_config("moonshotai/Kimi-K2-Instruct")
     assert calls == [False, True]
     assert isinstance(config, DeepseekV3Config) and config.n_routed_experts == 384
@@ -117,6 +118,7 @@ def test_hub_flow_keeps_a_remote_config_with_no_native_equivalent(monkeypatch: p
         return remote
 
     monkeypatch.setattr("transformers.AutoConfig.from_pretrained", from_pretrained)
+    monkeypatch.setattr(config_module, "hub_unreachable", lambda: None)
     assert config_module.load_hub_config("org/new") is remote
 
 
@@ -128,3 +130,13 @@ def test_num_hidden_layers_override_reaches_text_config() -> None:
     assert config.text_config.num_hidden_layers == 3
     with pytest.raises(ConfigError, match="positive integer"):
         config_module.apply_num_hidden_layers_override(config, 0)
+
+
+def test_an_unreachable_hub_fails_fast_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    started = time.perf_counter()
+    with pytest.raises(ConfigError, match="HF_HUB_OFFLINE is set"):
+        config_module.load_config("acme/unknown-model")
+    assert time.perf_counter() - started < 1.0

@@ -33,7 +33,7 @@ def test_blocked_plugin_is_absent(capsys, monkeypatch) -> None:
     monkeypatch.setenv("INFERCAST_DISABLE_PLUGINS", PLUGIN_NAME)
     names = {row["name"] for row in run_json(capsys, "plugins")}
     assert PLUGIN_NAME not in names
-    assert "deepseek_v3" not in {row["model_type"] for row in run_json(capsys, "models")}
+    assert "deepseek_v3" not in {row["model_type"] for row in run_json(capsys, "models")["model_types"]}
 
 
 def test_broken_plugin_is_listed_with_its_error_and_exit_is_zero(capsys, entry_point_plugins) -> None:
@@ -45,7 +45,7 @@ def test_broken_plugin_is_listed_with_its_error_and_exit_is_zero(capsys, entry_p
 
 
 def test_models_lists_builtin_families_with_their_plugin(capsys) -> None:
-    rows = {row["model_type"]: row for row in run_json(capsys, "models")}
+    rows = {row["model_type"]: row for row in run_json(capsys, "models")["model_types"]}
     for model_type in ("deepseek_v3", "qwen3_moe", "qwen3", "llama", "mixtral"):
         assert rows[model_type]["plugin"] == PLUGIN_NAME
     assert rows["deepseek_v3"]["attention"] == "mla" and rows["deepseek_v3"]["moe"]

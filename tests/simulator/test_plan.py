@@ -121,7 +121,7 @@ def test_cli_plan_prints_frontier_writes_plot_and_json(tmp_path, capsys) -> None
 
 def test_an_slo_nothing_meets_is_reported_with_the_closest(capsys) -> None:
     code = main(["plan", "meta-llama/Llama-3.1-8B-Instruct", "--device", "H100", "--num-devices", "1",
-                 "--batch-sizes", "1,8", "--tpot-slo-ms", "0.5", "--no-plot"])
+                 "--batch-sizes", "1,8", "--tpot-slo-ms", "0.5"])
     out = " ".join(capsys.readouterr().out.split())
     assert code == 1
     assert "no configuration meets the targets; the closest ones" in out and "0 also meet the targets" in out
@@ -139,7 +139,7 @@ def test_an_slo_nothing_meets_is_reported_with_the_closest(capsys) -> None:
 def test_bad_plan_input_exits_2(capsys, argv, message) -> None:
     import re
 
-    assert main(["plan", "meta-llama/Llama-3.1-8B-Instruct", "--device", "H100", "--no-plot", *argv]) == 2
+    assert main(["plan", "meta-llama/Llama-3.1-8B-Instruct", "--device", "H100", *argv]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert re.search(message, err), err
 

@@ -119,8 +119,34 @@ def _native_reload(config: PretrainedConfig) -> PretrainedConfig | None:
     return config_from_dict(config.to_dict(), source=f"remote config {config.model_type!r}")
 
 
+HUB_PROBE_TIMEOUT_S = 3.0
+
+
+def hub_unreachable() -> str | None:
+    """Why the model hub cannot be asked (``HF_HUB_OFFLINE`` set, or no TCP connection to its
+    host within a few seconds), else None. Asked before a hub lookup, so an unreachable hub
+    fails in seconds instead of after transformers' retries."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "").strip() not in ("", "0") or os.environ.get(
+            "TRANSFORMERS_OFFLINE", "").strip() not in ("", "0"):
+        return "HF_HUB_OFFLINE is set"
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host, port = endpoint.hostname or "huggingface.co", endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=HUB_PROBE_TIMEOUT_S).close()
+    except OSError as exc:
+        return f"{host}:{port} is not reachable ({exc.strerror or type(exc).__name__})"
+    return None
+
+
 def load_hub_config(model_ref: str) -> PretrainedConfig:
     """Load from the hub: natively, else with remote code, reloading natively when possible."""
+    why = hub_unreachable()
+    if why is not None:
+        raise OSError(f"the model hub cannot be asked: {why}")
     from transformers import AutoConfig
 
     try:
@@ -188,8 +214,8 @@ def load_config(
 def _unknown_model_message(model_ref: str, manager: AdapterManager | None, known_models: Iterable[str], exc: Exception) -> str:
     model_types = sorted(manager.profiles()) if manager is not None else []
     lines = [
-        f"unknown model {model_ref!r}: it is not a local path, no installed adapter resolves it, "
-        f"and the hub could not provide it ({type(exc).__name__}).",
+        f"unknown model {model_ref[:200]!r}{'...' if len(model_ref) > 200 else ''}: it is not a local path, no "
+        f"installed adapter resolves it, and the hub could not provide it ({exc}).",
     ]
     known = sorted(set(known_models))
     if known:

@@ -45,6 +45,7 @@ def infercast_register_profiles(register: Callable[[ModelProfile], None]) -> Non
 def infercast_register_models(register: Callable[[ModelRef], None]) -> None:
     register(ModelRef(MODEL_ID, MODEL_TYPE, tuple(ALIASES), default=10,
                       description="Kimi-K2.5: 1T MoE, MLA, MoonViT, native INT4 routed experts"))
+    register(ModelRef(DRAFT_MODEL_ID, MODEL_TYPE, description="EAGLE3 draft with an MLA layer, for Kimi-K2.5"))
 
 
 MLA_DRAFT_CARD = "lightseekorg/kimi-k2.5-eagle3-mla model card, s3 k1 n4, greedy"

@@ -224,11 +224,18 @@ def parse_rates(text: str) -> tuple[float, ...]:
 
 
 def parse_matrix(text: str) -> tuple[tuple[float, ...], ...]:
-    """``"0.8,0.1;0.7,0.1"``: rows (depths) separated by ``;``, ranks by ``,``."""
+    """``"0.8,0.1;0.7,0.1"``: rows (depths) separated by ``;``, ranks by ``,``; every cell given."""
+    rows = [row for row in text.split(";")]
+    if rows and not rows[-1].strip():
+        rows.pop()  # a trailing ';'
     try:
-        return tuple(tuple(float(v) for v in row.split(",") if v.strip()) for row in text.split(";") if row.strip())
+        matrix = tuple(tuple(float(v) for v in row.split(",")) for row in rows)
     except ValueError:
-        raise InfercastError(f"--acceptance-matrix takes rows 'a,b;c,d' of numbers in [0, 1], got {text!r}") from None
+        raise InfercastError(f"--acceptance-matrix takes rows 'a,b;c,d' of numbers in [0, 1] with every cell given, "
+                             f"got {text!r}") from None
+    if not matrix:
+        raise InfercastError("--acceptance-matrix is empty; give rows 'a,b;c,d'")
+    return matrix
 
 
 LOG_PATTERN = re.compile(r"accept len(?:gth)?:\s*([0-9]*\.?[0-9]+)")

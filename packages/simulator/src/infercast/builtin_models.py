@@ -163,9 +163,11 @@ def infercast_register_models(register) -> None:
     for alias, ref in ALIASES.items():
         aliases.setdefault(ref, []).append(alias)
     for ref, values in BUNDLED.items():
-        if values.get("architectures", [""])[0].endswith("Eagle3"):
-            continue  # a draft: named by its speculative option
-        register(ModelRef(ref, values["model_type"], tuple(aliases.get(ref, ())), default=int(ref == DEFAULT_MODEL)))
+        draft = values.get("architectures", [""])[0].endswith("Eagle3")
+        note = "EAGLE3 draft" if draft else ("the built-in default; installed adapters may offer another "
+                                             "(pip install infercast-kimi-k25 for Kimi-K2.5)" if ref == DEFAULT_MODEL else "")
+        register(ModelRef(ref, values["model_type"], tuple(aliases.get(ref, ())), default=int(ref == DEFAULT_MODEL),
+                          description=note))
 
 
 @hookimpl

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from typing import Any, Sequence
 
@@ -16,6 +17,8 @@ from rich.table import Table
 from infercast import __version__
 
 EXIT_USAGE = 2
+PIPED_WIDTH = 160
+"""Table width when the output is not a terminal."""
 
 
 def _cmd_plugins(args: argparse.Namespace, console: Console) -> int:
@@ -38,14 +41,22 @@ def _cmd_plugins(args: argparse.Namespace, console: Console) -> int:
 def _cmd_models(args: argparse.Namespace, console: Console) -> int:
     from infercast.plugins import get_manager
 
-    profiles = get_manager().profiles()
+    manager = get_manager()
+    profiles = manager.profiles()
     rows = [
         {"model_type": t, "plugin": e.plugin, "attention": e.profile.attention_kind, "moe": e.profile.is_moe,
          "vision": e.profile.has_vision}
         for t, e in sorted(profiles.items())
     ]
+    default = manager.default_model()
+    refs = [{"ref": ref.ref, "model_type": ref.model_type, "plugin": plugin, "aliases": list(ref.aliases),
+             "default": ref.ref == default, "description": ref.description} for ref, plugin in manager.models()]
+    options = [{"model_type": o.model_type, "algorithm": o.algorithm, "preset": o.name, "draft": o.draft,
+                "setting": f"s{o.steps} k{o.topk} n{o.draft_tokens}", "accept_length": o.accept_length,
+                "datasets": dict(o.datasets), "swept_by_plan": o.default, "source": o.source}
+               for o in manager.speculative_options()]
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"model_types": rows, "models": refs, "speculative": options}, indent=2))
         return 0
     table = Table(title="model types with a profile")
     for column in ("model_type", "plugin", "attention", "moe", "vision"):
@@ -53,6 +64,21 @@ def _cmd_models(args: argparse.Namespace, console: Console) -> int:
     for row in rows:
         table.add_row(row["model_type"], row["plugin"], row["attention"], "yes" if row["moe"] else "no",
                       "yes" if row["vision"] else "no")
+    console.print(table)
+    table = Table(title="models available offline")
+    for column in ("reference", "model_type", "aliases", "note"):
+        table.add_column(column, overflow="fold")
+    for ref in refs:
+        note = "default; " * ref["default"] + ref["description"]
+        table.add_row(ref["ref"], ref["model_type"], ", ".join(ref["aliases"]), note.strip("; "))
+    console.print(table)
+    table = Table(title="speculative options (acceptance presets)")
+    for column in ("model_type", "algorithm", "preset", "draft", "setting", "accept length"):
+        table.add_column(column, overflow="fold")
+    for o in options:
+        mean = o["accept_length"] or (sum(o["datasets"].values()) / len(o["datasets"]) if o["datasets"] else None)
+        table.add_row(o["model_type"], o["algorithm"], o["preset"], o["draft"] or "-", o["setting"],
+                      f"{mean:.3f}" if mean else "none published")
     console.print(table)
     return 0
 
@@ -138,8 +164,6 @@ def add_request_arguments(p: argparse.ArgumentParser, *, only: Sequence[str] | N
 
 def check_writable(path: str) -> None:
     """Fail before any work when an output file cannot be written."""
-    import os
-
     target = os.path.abspath(path)
     folder = os.path.dirname(target)
     if os.path.isdir(target):
@@ -200,14 +224,21 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
         TimeElapsedColumn,
     )
 
+    from infercast.request import UserInput, check
+
+    if args.plot:
+        if args.plot.endswith(("/", "\\")) or os.path.isdir(args.plot):
+            raise InfercastError(f"--plot {args.plot} is a folder; give a path stem such as {args.plot.rstrip('/')}"
+                                 "/plan (PATH.png and PATH.svg are written)")
+        check_writable(args.plot + ".png")
+    check(UserInput(**request_fields(args, COST_FIELDS)))
     from infercast.plan import Planner, PlanRequest, launch_commands, plot
-    from infercast.simulate import UserInput
 
     spec_user = None
     grid: tuple = ()
     if args.speculative_algorithm or args.num_mtp_tokens:
-        spec_user = UserInput(model=args.model, num_mtp_tokens=args.num_mtp_tokens,
-                              **{f: getattr(args, f, None) for f in SPEC_FIELDS})
+        spec_user = check(UserInput(model=args.model, num_mtp_tokens=args.num_mtp_tokens,
+                                    **{f: getattr(args, f, None) for f in SPEC_FIELDS}))
         grid = parse_spec_grid(args.speculative_grid)
         if (args.acceptance_matrix is None) and any(c.topk > 1 for c in grid):
             raise InfercastError("trees (topk > 1) in --speculative-grid need --acceptance-matrix (depth x rank); "
@@ -231,7 +262,7 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
     launch = {}
     if result.best is not None:
         launch = launch_commands(request, result.best, planner.device.devices_per_node, spec)
-    plots = [] if args.no_plot else plot(result, args.plot)
+    plots = plot(result, args.plot) if args.plot else []
     if args.json:
         print(json.dumps({
             "model": request.model, "device": request.device, "num_devices": list(request.num_devices),
@@ -305,9 +336,8 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-mtp-tokens", type=_int, default=0, help="sweep DeepSeek-V3 MTP (same as --speculative-algorithm MTP)")
     p.add_argument("--speculative-grid", default=DEFAULT_SPEC_GRID,
                    help=f"speculative settings besides 'off': S-K-N triples or sS chains (default {DEFAULT_SPEC_GRID})")
-    p.add_argument("--plot", default="infercast-plan", metavar="PATH",
-                   help="write the frontier plot to PATH.png and PATH.svg (default infercast-plan)")
-    p.add_argument("--no-plot", action="store_true", help="do not write the plot")
+    p.add_argument("--plot", default=None, metavar="PATH",
+                   help="write the frontier plot to PATH.png and PATH.svg (a path stem, not a folder)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
 
 
@@ -373,6 +403,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = ["simulate"]  # no command and no flags: the documented default simulation
     args = parser.parse_args(argv)
     console = Console()
+    if not console.is_terminal:  # piped: rich would wrap at 80 columns, mid-word in narrow cells
+        console = Console(width=PIPED_WIDTH)
     if args.command is None:
         parser.print_help()
         return 0
@@ -382,7 +414,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from infercast.request import FieldError, flag_of
 
         message = exc.render(flag_of) if isinstance(exc, FieldError) else str(exc)
-        Console(stderr=True).print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False, markup=True)
+        Console(stderr=True).print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False, markup=True,
+                                   soft_wrap=True)
         return EXIT_USAGE
 
 

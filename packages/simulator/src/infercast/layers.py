@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import torch
+from infercast_adapters import InfercastError
 from torch import nn
 
 from infercast import ops  # noqa: F401  (registers torch.ops.infercast)
@@ -93,7 +94,10 @@ class SimModule(nn.Module):
 
 def _shard(size: int, parts: int, what: str) -> int:
     if size % parts:
-        raise ValueError(f"{what}: {size} is not divisible by {parts}")
+        valid = [d for d in range(1, parts + 1) if size % d == 0]
+        raise InfercastError(f"the {what} ({size}) cannot be split over {parts} ranks; this layout needs a split "
+                             f"that divides it ({', '.join(map(str, valid[-6:]))} ...); for routed experts the split "
+                             f"is --num-devices / --ep-size")
     return size // parts
 
 

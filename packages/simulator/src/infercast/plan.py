@@ -28,7 +28,8 @@ from infercast.parallel import Parallel, Workload, validate_layout
 from infercast.memory import MEMORY_FRACTION
 from infercast.pricing import cost_model_for, phase_of, spec_host_rows
 from infercast.request import UserInput
-from infercast.simulate import _resolve_quant, routed_experts, speculative_request
+from infercast.simulate import _resolve_quant, resolve_profile, routed_experts, speculative_request
+from infercast.validate import check_config
 from infercast.step import price_records, step_time
 from infercast.trace import trace
 
@@ -161,17 +162,22 @@ class Planner:
         self.costs = cost_model_for(UserInput(engine=request.engine, engine_version=request.engine_version,
                                               calibration=request.calibration, cost_model=request.cost_model),
                                     self.device)
-        self.config = load_config(request.model, manager=self.manager, known_models=known_model_refs(manager))
+        self.config = load_config(request.model, manager=self.manager, known_models=known_model_refs(self.manager))
         self.manager.patch_config(self.config)
-        self.profile = self.manager.profile_for(self.config.model_type)
-        if self.profile is None:
-            raise InfercastError(f"{request.model}: no adapter profile for model_type {self.config.model_type!r}")
+        self.profile = resolve_profile(request.model, self.config, self.manager)
         self.text = text_config_of(self.config)
+        check_config(request.model, self.config, self.text, self.profile)
         if request.kv_cache_dtype not in KV_DTYPES:
             raise InfercastError(f"unknown --kv-cache-dtype {request.kv_cache_dtype!r}; valid: {', '.join(KV_DTYPES)}")
         for name, value in (("--input-length", request.input_length), ("--output-length", request.output_length)):
-            if not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InfercastError(f"{name} must be a positive whole number of tokens, got {value!r}")
+        max_positions = getattr(self.text, "max_position_embeddings", None)
+        if max_positions and request.input_length + request.output_length > max_positions:
+            raise InfercastError(
+                f"--input-length {request.input_length} + --output-length {request.output_length} = "
+                f"{request.input_length + request.output_length} tokens exceeds {request.model}'s "
+                f"max_position_embeddings ({max_positions})")
         for name, value in (("--ttft-slo-ms", request.ttft_slo_ms), ("--tpot-slo-ms", request.tpot_slo_ms)):
             if value is not None and not value > 0:
                 raise InfercastError(f"{name} must be a positive number of milliseconds, got {value!r}")

@@ -40,9 +40,7 @@ def get_devices() -> DeviceRegistry:
 
 def known_model_refs(manager: AdapterManager | None = None) -> list[str]:
     """Model and draft references that resolve offline, as the plugins name them."""
-    manager = manager or get_manager()
-    refs = [ref.ref for ref, _ in manager.models()]
-    return refs + [o.draft for o in manager.speculative_options() if o.draft and o.draft not in refs]
+    return [ref.ref for ref, _ in (manager or get_manager()).models()]
 
 
 def default_model(manager: AdapterManager | None = None) -> str:

@@ -103,6 +103,10 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     else:
         result = price_speculative(user, built, records, model, ctx, context, quant.describe(), spec, manager)
     result.model = model_ref
+    if user.model is None:
+        entry = next((ref for ref, _ in manager.models() if ref.ref == model_ref), None)
+        result.notes.append(f"no model given: simulated the default, {model_ref}"
+                            + (f" ({entry.description})" if entry and entry.description else ""))
     if vision:
         result.images = {"per_request": user.image_batch_size, "height": vision.height, "width": vision.width,
                          "grid": [vision.grid_h, vision.grid_w], "patches_per_image": vision.patches,

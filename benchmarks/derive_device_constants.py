@@ -1,7 +1,7 @@
 """Derive the analytic model's per-device efficiencies from aiconfigurator-core's measured tables.
 
 The constants in ``infercast.devices`` for devices with tables (H100, H200, A100, B200) come
-from this script; run it to check them: python benchmarks/derive_device_constants.py
+from this script; run it to check them: .venv/bin/python benchmarks/derive_device_constants.py
 
 - GEMM efficiency by dtype: the median of achieved / peak over GEMMs with m, n, k >= 4096;
 - attention efficiency: the median of achieved / bf16 peak over causal prefill attention with

@@ -2,7 +2,7 @@
 
 The sweep: 8 and 16 devices (every valid TP / DP / EP layout), ten batch sizes, speculative
 decoding off and five EAGLE3 chains with the bundled MLA draft. Target: >= 1,000 per minute
-on a 2-core machine. Run: python benchmarks/plan_speed.py
+on a 2-core machine. Run: .venv/bin/python benchmarks/plan_speed.py
 """
 
 from __future__ import annotations

@@ -1,17 +1,25 @@
-"""Wall time and peak memory of simulating a full 61-layer DeepSeek-V3-architecture decode step.
+"""Wall time and peak memory of simulating a full 61-layer DeepSeek-V3-architecture decode step,
+and the whole-process time of one Kimi-K2.5 answer from the command line.
 
-Measured in-process after import, with and without layer repetition (identical layers traced
-once and counted N times). The first simulation in a process also pays one-off costs
-(transformers' lazy import of the model module, first calls of the custom ops); it is
-reported separately from the steady state. Run: python benchmarks/speed.py
+In-process, after import, with and without layer repetition (identical layers traced once and
+counted N times); the first simulation in a process also pays one-off costs (first calls of the
+custom ops, reading the kernel tables) and is reported apart. Whole process: ``infercast
+simulate moonshotai/Kimi-K2.5 --decode --json`` run as a user runs it (after one warm-up run
+that fills the kernel-table cache), side by side with aiconfigurator's ``cli estimate`` for the
+same point when its command is installed (``AICONFIGURATOR=/path/to/aiconfigurator`` or on
+PATH). Run: .venv/bin/python benchmarks/speed.py
 """
 
 from __future__ import annotations
 
+import os
 import resource
+import shutil
 import statistics
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 from infercast.simulate import UserInput, simulate
 
@@ -22,6 +30,44 @@ TARGET_GB = 2.0
 
 def rss_peak_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9  # ru_maxrss is KiB on Linux
+
+
+WHOLE_PROCESS_RUNS = 5
+INFERCAST = [str(Path(sys.executable).with_name("infercast")), "simulate", "moonshotai/Kimi-K2.5", "--decode",
+             "--json"]
+AIC_POINT = ["cli", "estimate", "--model-path", "moonshotai/Kimi-K2.5", "--system", "h200_sxm", "--backend", "sglang",
+             "--isl", "1024", "--osl", "1024", "--batch-size", "1", "--tp-size", "8", "--moe-tp-size", "8",
+             "--moe-ep-size", "1", "--estimate-mode", "agg"]
+
+
+def wall(command: list[str], runs: int) -> list[float]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, env=env)
+        times.append(time.perf_counter() - started)
+        if done.returncode != 0:
+            raise SystemExit(f"{' '.join(command)} failed: {done.stderr.decode()[-500:]}")
+    return times
+
+
+def whole_process() -> None:
+    wall(INFERCAST, 1)  # fills the kernel-table cache, as a user's first run does
+    aic = os.environ.get("AICONFIGURATOR") or shutil.which("aiconfigurator")
+    ours, theirs = [], []
+    for _ in range(WHOLE_PROCESS_RUNS):  # interleaved, so both see the same machine load
+        ours += wall(INFERCAST, 1)
+        if aic:
+            theirs += wall([aic, *AIC_POINT], 1)
+    print(f"whole process, Kimi-K2.5 8 x H200 TP8 decode: infercast median {statistics.median(ours):.2f} s "
+          f"(min {min(ours):.2f}) over {len(ours)} runs")
+    if theirs:
+        ratio = statistics.median(ours) / statistics.median(theirs)
+        print(f"  aiconfigurator cli estimate, same point: median {statistics.median(theirs):.2f} s "
+              f"(min {min(theirs):.2f}); ratio {ratio:.2f} (target <= 0.5: {'met' if ratio <= 0.5 else 'MISSED'})")
+    else:
+        print("  aiconfigurator not found: set AICONFIGURATOR=/path/to/aiconfigurator to compare side by side")
 
 
 def main() -> int:
@@ -46,6 +92,7 @@ def main() -> int:
               f"({result.kernel_count} kernels priced; target < {TARGET_S} s: {'met' if median < TARGET_S else 'MISSED'})")
     peak = rss_peak_gb()
     print(f"peak RSS of the whole process: {peak:.2f} GB (target < {TARGET_GB} GB: {'met' if peak < TARGET_GB else 'MISSED'})")
+    whole_process()
     return 0
 
 

@@ -14,6 +14,12 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _kernel_table_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Converted kernel tables go to a folder of the test session, not the user's cache."""
+    os.environ["INFERCAST_CACHE_DIR"] = str(tmp_path_factory.mktemp("infercast-cache"))
+
+
 @pytest.fixture(autouse=True)
 def _offline_and_clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -93,3 +93,20 @@ def test_cost_model_flags_are_documented(flag: str) -> None:
     docs = (ROOT / "docs" / "simulate.md").read_text()
     assert f"`{flag}" in docs
     assert "`source`" in docs and "`measured`" in docs and "`analytic`" in docs
+
+
+def test_the_simulate_json_schema_is_generated_and_documented() -> None:
+    """Every key of the result's generated schema is documented in docs/simulate.md, and the
+    table documents nothing the result lacks."""
+    from infercast.results import json_schema
+
+    schema = json_schema()
+    table = (ROOT / "docs" / "simulate.md").read_text().split("## How a step is priced")[0]
+    documented = set()
+    for line in table.splitlines():
+        if line.startswith("| `"):
+            documented |= set(re.findall(r"`([a-z_]+)`", line.split("|")[1]))
+    assert set(schema["properties"]) == documented
+    assert schema["properties"]["ttft_ms"]["type"] == ["number", "null"]
+    assert set(schema["properties"]["ops"]["items"]["properties"]) == {
+        "name", "count", "total_ms", "share", "bound", "source", "origin"}

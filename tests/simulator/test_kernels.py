@@ -152,3 +152,18 @@ def test_the_engines_host_time_is_one_row_per_step() -> None:
     request = [op for op in prefill.ops if op.name.startswith("request:")]
     assert len(request) == 1 and prefill.ttft_ms == pytest.approx(prefill.step_latency_ms + request[0].total_ms)
     assert request[0].total_ms == pytest.approx(engine_named("sglang").request.at(1000) * 1e3)
+
+
+def test_converted_tables_are_cached_and_a_bad_cache_file_is_rebuilt(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("INFERCAST_CACHE_DIR", str(tmp_path))
+    version = aic.default_version("h100_sxm", "sglang")
+    first = aic.load("mla_bmm", "h100_sxm", "sglang", version)
+    (cached,) = (tmp_path / "kernel-tables").glob("h100_sxm-sglang-*-mla_bmm-*.pickle")
+    again = aic.load("mla_bmm", "h100_sxm", "sglang", version)
+    key = first.keys()[0]
+    assert dict(again.grid(key).points()) == dict(first.grid(key).points()) and again.origin(key) == first.origin(key)
+    cached.write_bytes(b"not a pickle")
+    rebuilt = aic.load("mla_bmm", "h100_sxm", "sglang", version)
+    assert dict(rebuilt.grid(key).points()) == dict(first.grid(key).points())
+    monkeypatch.setenv("INFERCAST_NO_CACHE", "1")
+    assert aic._cache_path("mla_bmm", "h100_sxm", "sglang", version, {}, [(cached, "", None, (), False)]) is None

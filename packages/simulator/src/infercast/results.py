@@ -85,6 +85,32 @@ class SimResult:
         return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
+_JSON_TYPES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "None": "null"}
+
+
+def _schema_of(annotation: str) -> dict[str, Any]:
+    """A JSON-schema fragment for a dataclass field annotation (as written, postponed)."""
+    options = [part.strip() for part in annotation.split("|")]
+    types = []
+    for option in options:
+        if option.startswith("dict"):
+            types.append("object")
+        elif option.startswith("list"):
+            types.append("array")
+        else:
+            types.append(_JSON_TYPES.get(option, "object"))
+    return {"type": types[0] if len(types) == 1 else types}
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON schema of :meth:`SimResult.to_dict`, generated from the dataclasses."""
+    row = {f.name: _schema_of(f.type) for f in fields(OpRow)}
+    properties = {f.name: _schema_of(f.type) for f in fields(SimResult) if not f.name.startswith("_")}
+    properties["ops"] = {"type": "array", "items": {"type": "object", "properties": row, "required": list(row)}}
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "infercast simulate --json",
+            "type": "object", "properties": properties, "required": list(properties)}
+
+
 def _timeline(timed: list[tuple[OpRecord, Any]]) -> list[dict[str, Any]]:
     """Serial schedule of one step, every layer expanded, as Chrome trace 'X' events."""
     by_layer: dict[int, list[tuple[OpRecord, Any]]] = defaultdict(list)

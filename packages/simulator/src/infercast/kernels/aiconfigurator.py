@@ -286,28 +286,99 @@ def _columns_of(path: Path, columns: tuple[str, ...]) -> dict[str, list]:
     return _read(path, (*columns, *extra))
 
 
-def load(kind_name: str, system: str, engine: str, version: str, options: dict[str, Any] | None = None) -> KernelTable:
-    """The ``kind_name`` table for ``engine`` ``version`` on ``system`` (older versions fill
-    the slices it lacks). NCCL tables belong to the system, not the engine."""
+def _plan(kind_name: str, system: str, engine: str, version: str) -> list[tuple[Path, str, Converter, tuple, bool]]:
+    """The files a table is read from, in precedence order: (path, origin, converter,
+    columns, whether repeats keep the fastest)."""
     root = data_root()
-    table = KernelTable(kind_name)
     if root is None:
-        return table
-    opts = options or {}
+        return []
     if kind_name == "nccl":
         path = _nccl_path(root, system)
-        if path is not None:
-            table.add_rows(_nccl(_read(path, ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency")), opts),
-                           f"NCCL {path.parent.name}")
-        return table
+        columns = ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency")
+        return [(path, f"NCCL {path.parent.name}", _nccl, columns, False)] if path is not None else []
     newer_first = [v for v in engine_versions(system, engine) if _version_key(v) <= _version_key(version)]
+    files = []
     for family, filename, columns, convert in SOURCES.get(kind_name, []):
         for v in newer_first:
             path = root / system / family / engine / v / filename
             if path.is_file():
-                combine = min if kind_name == "deepep_normal" else None
-                table.add_rows(convert(_columns_of(path, columns), opts), f"{engine} {v}", combine=combine)
+                files.append((path, f"{engine} {v}", convert, columns, kind_name == "deepep_normal"))
+    return files
+
+
+def load(kind_name: str, system: str, engine: str, version: str, options: dict[str, Any] | None = None) -> KernelTable:
+    """The ``kind_name`` table for ``engine`` ``version`` on ``system`` (older versions fill
+    the points it lacks). NCCL tables belong to the system, not the engine. Converted tables
+    are kept in the user's cache folder, keyed by their source files' size and modification
+    time, so a later process reads one pickle instead of re-converting the parquet rows."""
+    opts = options or {}
+    files = _plan(kind_name, system, engine, version)
+    cache = _cache_path(kind_name, system, engine, version, opts, files)
+    table = _read_cache(cache, kind_name) if cache else None
+    if table is not None:
+        return table
+    table = KernelTable(kind_name)
+    for path, origin, convert, columns, fastest in files:
+        rows = convert(_columns_of(path, columns) if convert is not _nccl else _read(path, columns), opts)
+        table.add_rows(rows, origin, combine=min if fastest else None)
+    if cache:
+        _write_cache(cache, table)
     return table
+
+
+CACHE_FORMAT = 1
+"""Bump when the conversion changes, so old cached tables are not read."""
+
+
+def cache_dir() -> Path:
+    """``$INFERCAST_CACHE_DIR``, else ``$XDG_CACHE_HOME/infercast``, else ``~/.cache/infercast``."""
+    import os
+
+    explicit = os.environ.get("INFERCAST_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "infercast"
+
+
+def _cache_path(kind_name: str, system: str, engine: str, version: str, opts: dict[str, Any],
+                files: list) -> Path | None:
+    import hashlib
+    import os
+
+    if not files or os.environ.get("INFERCAST_NO_CACHE", "").strip() not in ("", "0"):
+        return None
+    key = [CACHE_FORMAT, kind_name, system, engine, version, sorted((k, str(v)) for k, v in opts.items())]
+    for path, *_ in files:
+        stat = path.stat()
+        key.append((str(path), stat.st_size, stat.st_mtime_ns))
+    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:24]
+    return cache_dir() / "kernel-tables" / f"{system}-{engine}-{version}-{kind_name}-{digest}.pickle"
+
+
+def _read_cache(path: Path, kind_name: str) -> KernelTable | None:
+    import pickle
+
+    try:
+        with open(path, "rb") as handle:
+            table = pickle.load(handle)
+    except Exception:  # absent, truncated or from another version: convert again
+        return None
+    return table if isinstance(table, KernelTable) and table.kind.name == kind_name else None
+
+
+def _write_cache(path: Path, table: KernelTable) -> None:
+    import os
+    import pickle
+    import tempfile
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(handle, "wb") as out:
+            pickle.dump(table, out, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(temporary, path)
+    except OSError:
+        pass  # a read-only home: work without the cache
 
 
 def _nccl_path(root: Path, system: str) -> Path | None:

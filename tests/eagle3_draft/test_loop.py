@@ -18,6 +18,8 @@ from infercast_eagle3.loop import (
 from infercast_eagle3.model import build_draft
 from transformers import AutoModelForCausalLM, LlamaConfig
 
+from ..grids import grid
+
 VOCAB = 97
 
 
@@ -37,11 +39,13 @@ def tiny_llama_draft(seed: int, target_hidden: int = 32):
     return build_draft(from_transformers(config), "llama")
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("prompt_length", [1, 5, 13])
-@pytest.mark.parametrize("settings", [SpecSettings(3, 1), SpecSettings(3, 2, 5), SpecSettings(2, 3, 6)],
-                         ids=["chain-s3", "tree-s3k2n5", "tree-s2k3n6"])
-def test_llama_target_with_llama_draft_is_lossless(seed, prompt_length, settings) -> None:
+SETTINGS = {"chain-s3": SpecSettings(3, 1), "tree-s3k2n5": SpecSettings(3, 2, 5), "tree-s2k3n6": SpecSettings(2, 3, 6)}
+
+
+@pytest.mark.parametrize(("seed", "prompt_length", "name"), grid([0, 1, 2], [1, 5, 13], list(SETTINGS),
+                                                                  name=lambda s, p, n: f"{n}-{p}-{s}"))
+def test_llama_target_with_llama_draft_is_lossless(seed, prompt_length, name) -> None:
+    settings = SETTINGS[name]
     model = tiny_llama_target(seed)
     draft = tiny_llama_draft(seed)
     prompt = torch.randint(0, VOCAB, (prompt_length,), generator=torch.Generator().manual_seed(seed)).tolist()

@@ -27,6 +27,8 @@ from infercast_kimi_k25.eagle3 import (
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM, DeepseekV3Config
 
+from ..grids import grid
+
 VOCAB = 97
 TINY_MLA = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=16,
                 qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, vocab_size=VOCAB, max_position_embeddings=256)
@@ -146,11 +148,13 @@ def test_checkpoints_store_q_a_and_kv_a_separately_and_round_trip(kimi_manager, 
         assert torch.equal(a, b), name
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("prompt_length", [1, 6, 11])
-@pytest.mark.parametrize("settings", [SpecSettings(3, 1), SpecSettings(3, 2, 5), SpecSettings(2, 3, 6)],
-                         ids=["chain-s3", "tree-s3k2n5", "tree-s2k3n6"])
-def test_deepseek_v3_target_with_the_mla_draft_is_lossless(kimi_manager, seed, prompt_length, settings) -> None:
+SETTINGS = {"chain-s3": SpecSettings(3, 1), "tree-s3k2n5": SpecSettings(3, 2, 5), "tree-s2k3n6": SpecSettings(2, 3, 6)}
+
+
+@pytest.mark.parametrize(("seed", "prompt_length", "name"), grid([0, 1, 2], [1, 6, 11], list(SETTINGS),
+                                                                  name=lambda s, p, n: f"{n}-{p}-{s}"))
+def test_deepseek_v3_target_with_the_mla_draft_is_lossless(kimi_manager, seed, prompt_length, name) -> None:
+    settings = SETTINGS[name]
     model = tiny_deepseek_target(seed)
     draft = tiny_mla_draft(seed, kimi_manager)
     prompt = torch.randint(0, VOCAB, (prompt_length,), generator=torch.Generator().manual_seed(seed)).tolist()

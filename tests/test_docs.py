@@ -31,13 +31,14 @@ def signature_text(name: str) -> str:
     return f"def {name}({params}) -> {sig.return_annotation}"
 
 
-def test_there_are_five_hooks() -> None:
+def test_there_are_six_hooks() -> None:
     assert HOOKS == [
         "infercast_register_profiles",
         "infercast_register_draft_layers",
         "infercast_resolve_config",
         "infercast_patch_config",
         "infercast_class_patches",
+        "infercast_eagle3_capture_rule",
     ]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from infercast_adapters import ConfigError
-from infercast_eagle3.config import from_transformers
+from infercast_eagle3.config import ADD_ONE, from_transformers
 from infercast_eagle3.loop import (
     Eagle3Drafter,
     SpecSettings,
@@ -21,6 +21,8 @@ from transformers import AutoModelForCausalLM, LlamaConfig
 from ..grids import grid
 
 VOCAB = 97
+SETTINGS = {"chain-s3": SpecSettings(3, 1), "tree-s3k2n5": SpecSettings(3, 2, 5), "tree-s2k3n6": SpecSettings(2, 3, 6),
+            "tree-s3k2n7": SpecSettings(3, 2, 7)}
 
 
 def tiny_llama_target(seed: int):
@@ -31,15 +33,21 @@ def tiny_llama_target(seed: int):
     return AutoModelForCausalLM.from_config(config).eval()
 
 
-def tiny_llama_draft(seed: int, target_hidden: int = 32):
+def tiny_llama_draft_config(target_hidden: int = 32, **overrides) -> LlamaConfig:
+    fields = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                  num_key_value_heads=2, architectures=["LlamaForCausalLMEagle3"], draft_vocab_size=VOCAB,
+                  target_hidden_size=target_hidden)
+    fields.update(overrides)
+    return LlamaConfig(**fields)
+
+
+def tiny_llama_draft(seed: int, target_hidden: int = 32, **overrides):
     torch.manual_seed(seed + 1000)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=4, num_key_value_heads=2, architectures=["LlamaForCausalLMEagle3"])
-    config.target_hidden_size = target_hidden
-    return build_draft(from_transformers(config), "llama")
+    return build_draft(from_transformers(tiny_llama_draft_config(target_hidden, **overrides)), "llama")
 
 
-SETTINGS = {"chain-s3": SpecSettings(3, 1), "tree-s3k2n5": SpecSettings(3, 2, 5), "tree-s2k3n6": SpecSettings(2, 3, 6)}
+def random_prompt(seed: int, length: int) -> list[int]:
+    return torch.randint(0, VOCAB, (length,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
 @pytest.mark.parametrize(("seed", "prompt_length", "name"), grid([0, 1, 2], [1, 5, 13], list(SETTINGS),
@@ -48,8 +56,8 @@ def test_llama_target_with_llama_draft_is_lossless(seed, prompt_length, name) ->
     settings = SETTINGS[name]
     model = tiny_llama_target(seed)
     draft = tiny_llama_draft(seed)
-    prompt = torch.randint(0, VOCAB, (prompt_length,), generator=torch.Generator().manual_seed(seed)).tolist()
-    target = Target(model, draft.config.capture_indices(model.config.num_hidden_layers))
+    prompt = random_prompt(seed, prompt_length)
+    target = Target(model, draft.config.capture_indices(model.config.num_hidden_layers, ADD_ONE))
     out = speculative_generate(target, Eagle3Drafter(draft), prompt, 12, settings)
     assert out.tokens == greedy_reference(model, prompt, 12)
     assert all(1 <= c.accept_length <= settings.num_steps + 1 for c in out.cycles)

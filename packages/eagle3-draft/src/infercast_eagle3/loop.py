@@ -94,7 +94,7 @@ class Eagle3Drafter:
     def begin(self, tokens: list[int], aux: torch.Tensor) -> None:
         """Target features for positions 0..len(tokens)-2 (the last token is not verified yet)."""
         self.tokens = tokens
-        weight = self.draft.fc.weight
+        weight = self.draft.norm.weight  # fc is absent when the draft reads the target state directly
         self.feats = self.draft.project_aux(aux[: len(tokens) - 1].to(device=weight.device, dtype=weight.dtype))
 
     @torch.no_grad()

@@ -16,9 +16,8 @@ from typing import Any
 
 import torch
 from infercast_adapters import ConfigError
-from safetensors import safe_open
 
-from infercast_eagle3.config import from_transformers
+from infercast_eagle3.config import from_transformers, target_capture_rule
 from infercast_eagle3.loop import (
     Acceptance,
     Cycle,
@@ -54,11 +53,13 @@ def num_target_layers(model) -> int:
 
 def measure(model, drafter, prompts: Sequence[Sequence[int]], settings: SpecSettings = SpecSettings(),
             max_new_tokens: int = 64, *, capture: list[int] | None = None, eos_token_id: int | None = None,
-            check_lossless: bool = False, on_prompt: Callable[[int], None] | None = None) -> Measurement:
+            check_lossless: bool = False, on_prompt: Callable[[int], None] | None = None,
+            manager: Any = None) -> Measurement:
     """Greedy speculative decoding of every prompt; acceptance over all cycles.
 
-    ``drafter`` is an :class:`Eagle3Drafter` (its config names the aux layers) or any object
-    with ``begin``/``step`` (then ``capture`` defaults to the last hidden state)."""
+    ``drafter`` is an :class:`Eagle3Drafter` (its config names the aux layers, read with the
+    target family's capture rule from ``manager``'s adapters) or any object with
+    ``begin``/``step`` (then ``capture`` defaults to the last hidden state)."""
     settings = settings.validated()
     if not prompts:
         raise ConfigError("no prompts to measure")
@@ -67,7 +68,8 @@ def measure(model, drafter, prompts: Sequence[Sequence[int]], settings: SpecSett
     layers = num_target_layers(model)
     if capture is None:
         draft = getattr(drafter, "draft", None)
-        capture = draft.config.capture_indices(layers) if draft is not None else [layers]
+        capture = draft.config.capture_indices(layers, target_capture_rule(model.config, _manager(manager))) \
+            if draft is not None else [layers]
     target = Target(model, capture)
     cycles: list[Cycle] = []
     per_prompt, generated, lossless = [], 0, True if check_lossless else None
@@ -84,6 +86,14 @@ def measure(model, drafter, prompts: Sequence[Sequence[int]], settings: SpecSett
             on_prompt(i)
     return Measurement(settings, summarize(cycles, settings.num_steps), len(prompts), generated, per_prompt,
                        time.perf_counter() - start, lossless)
+
+
+def _manager(manager: Any) -> Any:
+    if manager is None:
+        from infercast_adapters.manager import load_default_manager
+
+        manager = load_default_manager()
+    return manager
 
 
 # ------------------------------------------------------------------------------ loading
@@ -110,42 +120,45 @@ def load_target(ref: str, *, dtype: torch.dtype = torch.bfloat16, device: str = 
                       "transformers can build")
 
 
-def _checkpoint_names(path: Path) -> set[str]:
-    files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
-    names: set[str] = set()
-    for file in files:
-        with safe_open(str(file), "pt") as handle:
-            names.update(k.removeprefix("model.") for k in handle.keys())
-    return names
-
-
 def load_draft(path: str | Path, model, *, manager: Any = None, dtype: torch.dtype = torch.bfloat16) -> Eagle3Draft:
     """An EAGLE3 draft from a directory with ``config.json`` and safetensors weights, checked
-    against the target it will serve; without ``embed_tokens`` it shares the target's."""
+    against the target it will serve. As sglang does, it uses the target's embedding (unless
+    ``target_hidden_size`` differs from ``hidden_size``) and, without ``draft_vocab_size``, the
+    target's lm_head."""
     from transformers import AutoConfig
 
-    from infercast_eagle3.checkpoint import load_weights
+    from infercast_eagle3.checkpoint import checkpoint_names, load_weights
 
-    if manager is None:
-        from infercast_adapters.manager import load_default_manager
-
-        manager = load_default_manager()
+    manager = _manager(manager)
     manager.draft_layers()  # adapters register their config aliases (kimi_k2) at start-up
     path = Path(path)
     if not (path / "config.json").is_file():
         raise ConfigError(f"{path}: expected a draft directory with config.json and *.safetensors")
     config = from_transformers(AutoConfig.from_pretrained(path))
     target_config = model.config.get_text_config()
-    check_fits(config, target_config.hidden_size, target_config.vocab_size, "d2t" in _checkpoint_names(path))
-    shared = None if "embed_tokens.weight" in _checkpoint_names(path) else model.get_input_embeddings()
+    names = checkpoint_names(path)
+    check_fits(config, target_config.hidden_size, target_config.vocab_size, "d2t" in names)
+    if config.lm_head_from_target and model.get_output_embeddings() is None:
+        raise ConfigError("the draft config has no draft_vocab_size, so the draft uses the target's lm_head, "
+                          "and this target has none")
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
         with torch.device(model.device):
-            draft = build_draft(config, target_config.model_type, manager, embed_tokens=shared)
+            draft = build_draft(config, target_config.model_type, manager, embed_tokens=model.get_input_embeddings(),
+                                lm_head=model.get_output_embeddings())
     finally:
         torch.set_default_dtype(previous)
-    load_weights(draft, path, shared_embedding=shared is not None)
+    owned = draft.state_dict()
+    if "lm_head.weight" in owned and "lm_head.weight" not in names:
+        raise ConfigError(f"the checkpoint has no lm_head.weight, but the config's draft_vocab_size "
+                          f"({config.draft_vocab_size}) says the draft has its own head; sglang loads the target's "
+                          "head only when draft_vocab_size is absent from config.json, so remove it there to use "
+                          "the target's")
+    if "embed_tokens.weight" in owned and "embed_tokens.weight" not in names:
+        raise ConfigError(f"the checkpoint has no embed_tokens.weight, and the draft cannot use the target's: its "
+                          f"hidden_size {config.hidden_size} differs from target_hidden_size {config.target_hidden_size}")
+    load_weights(draft, path)
     return draft.eval()
 
 

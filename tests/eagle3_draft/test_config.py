@@ -59,7 +59,7 @@ def test_the_target_states_read_are_the_ones_the_rule_names() -> None:
     config = from_transformers(draft_config([0, 2, 3]))
     capture = config.capture_indices(6, ADD_ONE_IF_FIRST_IS_ONE)
     assert capture == [0, 2, 3]
-    _, aux = Target(model, capture)([5, 6, 7])
+    _, aux = Target(model, capture).run([5, 6, 7])
     states = model(input_ids=torch.tensor([[5, 6, 7]]), output_hidden_states=True).hidden_states
     assert torch.allclose(aux, torch.cat([states[0][0], states[2][0], states[3][0]], -1), atol=1e-6)
 

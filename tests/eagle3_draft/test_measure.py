@@ -76,6 +76,8 @@ def test_load_draft_shares_the_target_embedding_and_reads_the_aux_layers(checkpo
     draft = load_draft(path / "draft", target, dtype=torch.float32)
     assert draft.embed_tokens is target.get_input_embeddings() and "embed_tokens.weight" not in draft.state_dict()
     assert draft.config.capture_indices(6, ADD_ONE) == [2, 3, 5]
+    result = measure(target, Eagle3Drafter(draft), PROMPTS[:1], SpecSettings(2, 1), 5)
+    assert result.capture == [2, 3, 5]  # a Llama target: the layer after each id
 
 
 def test_a_checkpoint_embedding_gives_way_to_the_targets_as_in_sglang(checkpoints) -> None:
@@ -143,6 +145,8 @@ def test_cli_self_check_measures_num_steps_plus_one(checkpoints, capsys) -> None
     report = json.loads(out)
     assert report["acceptance"]["mean_accept_length"] == 5.0 and report["acceptance"]["position_rates"] == [1.0] * 4
     assert report["settings"] == {"num_steps": 4, "topk": 1, "num_draft_tokens": 5} and report["prompts"] == 3
+    assert report["tokens_per_s"] == pytest.approx(report["generated_tokens"] / report["wall_s"])
+    assert report["prompts_per_s"] == pytest.approx(3 / report["wall_s"])
 
 
 def test_cli_measures_a_draft_checkpoint_and_checks_losslessness(checkpoints, capsys) -> None:
@@ -152,6 +156,8 @@ def test_cli_measures_a_draft_checkpoint_and_checks_losslessness(checkpoints, ca
                        "--max-new-tokens", "8", "--dtype", "float32", "--check-lossless")
     assert code == 0
     assert "mean accept length" in out and "lossless: yes" in out and "draft tokens 5" in out
+    assert re.search(r"\(\d+\.\d+ prompts/s, \d+\.\d tokens/s\)", " ".join(out.split()))
+    assert "target hidden states read: [2, 3, 5]" in " ".join(out.split())
 
 
 @pytest.mark.parametrize("argv, message", [

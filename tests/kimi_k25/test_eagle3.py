@@ -12,6 +12,7 @@ from infercast_eagle3.checkpoint import load_weights, save_weights
 from infercast_eagle3.config import ADD_ONE, ADD_ONE_IF_FIRST_IS_ONE, from_transformers, target_capture_rule
 from infercast_eagle3.layers import LlamaDraftLayer
 from infercast_eagle3.loop import (
+    DraftInput,
     Eagle3Drafter,
     SpecSettings,
     Target,
@@ -191,6 +192,19 @@ def test_deepseek_v3_target_with_the_mla_draft_is_lossless(kimi_manager, seed, p
     out = speculative_generate(target, Eagle3Drafter(draft), prompt, 12, settings)
     assert out.tokens == greedy_reference(model, prompt, 12)
     assert all(1 <= c.accept_length <= settings.num_steps + 1 for c in out.cycles)
+
+
+def test_the_mla_draft_over_its_cache_gives_the_logits_of_the_whole_sequence(kimi_manager) -> None:
+    draft = tiny_mla_draft(3, kimi_manager)
+    drafter = Eagle3Drafter(draft)
+    tokens, aux = [4, 8, 15, 16, 23, 42], torch.randn(5, 96)
+    root = drafter.begin(tokens, aux)
+    (step,) = drafter.expand([DraftInput(7, root.hidden, 1, [], [7])])
+    seq = torch.tensor(tokens[1:] + [7])
+    feats = torch.cat([draft.project_aux(aux), root.hidden[None]])
+    logits, _ = draft(seq, feats, torch.arange(6), torch.ones(6, 6, dtype=torch.bool).tril())
+    assert torch.allclose(root.logp, logits[-2].log_softmax(-1), atol=1e-5)
+    assert torch.allclose(step.logp, logits[-1].log_softmax(-1), atol=1e-5)
 
 
 @pytest.mark.parametrize("spelling", [lambda n: n, lambda n: "model." + n.replace("midlayer.", "layers.0."),

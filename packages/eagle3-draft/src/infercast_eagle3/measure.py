@@ -1,9 +1,10 @@
 """Acceptance measurement: run prompts through a target and a draft and report what the
-engines report (mean accept length, per-position acceptance rates, a histogram).
+engines report (mean accept length, per-position acceptance rates, a histogram), and how fast
+the measurement itself ran.
 
-The loop re-runs the whole sequence each cycle (no KV cache), so it suits hundreds of tokens
-per prompt on a GPU, or tiny models on CPU; the numbers it gives are exactly those of greedy
-EAGLE3 decoding with the same settings.
+Target and draft keep KV caches (see :mod:`infercast_eagle3.loop`), so a few hundred prompts of
+a few hundred tokens on a small target take minutes on a CPU; the numbers are exactly those of
+greedy EAGLE3 decoding with the same settings.
 """
 
 from __future__ import annotations
@@ -40,10 +41,22 @@ class Measurement:
     wall_s: float
     lossless: bool | None
     """Whether every output equalled the target's own greedy decoding (None: not checked)."""
+    capture: list[int] | None = None
+    """The target hidden states the draft read (indices into transformers' ``hidden_states``)."""
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generated tokens per second of the measurement (the lossless check excluded)."""
+        return self.generated_tokens / self.wall_s if self.wall_s > 0 else float("inf")
+
+    @property
+    def prompts_per_s(self) -> float:
+        return self.prompts / self.wall_s if self.wall_s > 0 else float("inf")
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["acceptance"]["histogram"] = {str(k): v for k, v in self.acceptance.histogram.items()}
+        out["tokens_per_s"], out["prompts_per_s"] = self.tokens_per_s, self.prompts_per_s
         return out
 
 
@@ -59,23 +72,23 @@ def measure(model, drafter, prompts: Sequence[Sequence[int]], settings: SpecSett
 
     ``drafter`` is an :class:`Eagle3Drafter` (its config names the aux layers, read with the
     target family's capture rule from ``manager``'s adapters) or any object with
-    ``begin``/``step`` (then ``capture`` defaults to the last hidden state)."""
+    ``reset``/``begin``/``expand``/``to_target`` (then ``capture`` defaults to none)."""
     settings = settings.validated()
     if not prompts:
         raise ConfigError("no prompts to measure")
     if max_new_tokens < 2:
         raise ConfigError(f"max_new_tokens must be >= 2 (one draft/verify cycle), got {max_new_tokens}")
-    layers = num_target_layers(model)
     if capture is None:
         draft = getattr(drafter, "draft", None)
-        capture = draft.config.capture_indices(layers, target_capture_rule(model.config, _manager(manager))) \
-            if draft is not None else [layers]
+        capture = [] if draft is None else draft.config.capture_indices(
+            num_target_layers(model), target_capture_rule(model.config, _manager(manager)))
     target = Target(model, capture)
     cycles: list[Cycle] = []
-    per_prompt, generated, lossless = [], 0, True if check_lossless else None
-    start = time.perf_counter()
+    per_prompt, generated, lossless, wall = [], 0, True if check_lossless else None, 0.0
     for i, prompt in enumerate(prompts):
+        start = time.perf_counter()
         out = speculative_generate(target, drafter, list(prompt), max_new_tokens, settings, eos_token_id)
+        wall += time.perf_counter() - start
         if check_lossless and out.tokens != greedy_reference(model, list(prompt), len(out.tokens)):
             lossless = False
         cycles += out.cycles
@@ -85,7 +98,7 @@ def measure(model, drafter, prompts: Sequence[Sequence[int]], settings: SpecSett
         if on_prompt is not None:
             on_prompt(i)
     return Measurement(settings, summarize(cycles, settings.num_steps), len(prompts), generated, per_prompt,
-                       time.perf_counter() - start, lossless)
+                       wall, lossless, capture)
 
 
 def _manager(manager: Any) -> Any:

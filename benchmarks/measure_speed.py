@@ -63,6 +63,7 @@ def main() -> int:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--num-steps", type=int, default=3)
     parser.add_argument("--topk", type=int, default=1)
+    parser.add_argument("--num-draft-tokens", type=int, default=None)
     parser.add_argument("--self-check", action="store_true", help="draft with the target itself")
     args = parser.parse_args()
 
@@ -78,6 +79,8 @@ def main() -> int:
                 "--num-steps", str(args.num_steps), "--topk", str(args.topk), "--max-new-tokens",
                 str(args.max_new_tokens), "--dtype", "float32", "--device", "cpu", "--json"]
         argv += ["--self-check"] if args.self_check else ["--draft", str(root / "draft")]
+        if args.num_draft_tokens is not None:
+            argv += ["--num-draft-tokens", str(args.num_draft_tokens)]
         out = io.StringIO()
         start, cpu = time.perf_counter(), time.process_time()
         with contextlib.redirect_stdout(out):

@@ -58,3 +58,31 @@ def entry_point_plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     yield install
     for module in created:
         sys.modules.pop(module, None)
+
+
+# ------------------------------------------------------------------------------ slow tests
+
+SLOW_ENV = "INFERCAST_RUN_SLOW"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-slow", action="store_true",
+                     help=f"also run the tests marked slow (the full lossless grids); CI sets {SLOW_ENV}=1")
+
+
+def _run_slow(config: pytest.Config) -> bool:
+    return config.getoption("--run-slow") or os.environ.get(SLOW_ENV, "").strip() not in ("", "0")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return "slow tests: " + ("included" if _run_slow(config) else
+                             f"deselected (run them with --run-slow or {SLOW_ENV}=1)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _run_slow(config) or config.getoption("markexpr"):  # an explicit -m chooses for itself
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+        config.hook.pytest_deselected(items=slow)

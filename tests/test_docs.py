@@ -41,6 +41,7 @@ def test_the_hooks_in_calling_order() -> None:
         "infercast_resolve_config",
         "infercast_patch_config",
         "infercast_class_patches",
+        "infercast_eagle3_capture_rule",
     ]
 
 

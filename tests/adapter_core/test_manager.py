@@ -131,12 +131,25 @@ def test_draft_layers_registered_and_duplicates_fail() -> None:
         pass
 
     manager = AdapterManager()
-    manager.register(plugin(infercast_register_draft_layers=lambda register: register("deepseek_v3", LayerA)), "a")
-    assert manager.draft_layers() == {"deepseek_v3": LayerA}
-    manager.register(plugin(infercast_register_draft_layers=lambda register: register("deepseek_v3", LayerB)), "b")
-    assert manager.draft_layers() == {"deepseek_v3": LayerA}
+    arch = "Eagle3DeepseekV2ForCausalLM"
+    manager.register(plugin(infercast_register_draft_layers=lambda register: register(arch, LayerA)), "a")
+    assert manager.draft_layers() == {arch: LayerA}
+    manager.register(plugin(infercast_register_draft_layers=lambda register: register(arch, LayerB)), "b")
+    assert manager.draft_layers() == {arch: LayerA}
     (failure,) = manager.failures()
-    assert failure.name == "b" and "'a'" in failure.error
+    assert failure.name == "b" and "'a'" in failure.error and "architecture 'Eagle3DeepseekV2ForCausalLM'" in failure.error
+
+
+def test_eagle3_capture_rule_is_the_first_answer_and_must_be_a_known_rule() -> None:
+    manager = AdapterManager()
+    assert manager.eagle3_capture_rule("kimi_k2") is None
+    manager.register(plugin(infercast_eagle3_capture_rule=lambda target_model_type: (
+        "add_one_if_first_is_one" if target_model_type == "kimi_k2" else None)), "kimi")
+    assert manager.eagle3_capture_rule("kimi_k2") == "add_one_if_first_is_one"
+    assert manager.eagle3_capture_rule("llama") is None
+    manager.register(plugin(infercast_eagle3_capture_rule=lambda target_model_type: "plus_two"), "odd")
+    with pytest.raises(PluginError, match="'odd'.*returned 'plus_two'; valid: add_one, add_one_if_first_is_one"):
+        manager.eagle3_capture_rule("llama")
 
 
 def test_plugin_info_lists_implemented_hooks() -> None:

@@ -10,12 +10,14 @@ import torch
 from infercast_adapters import ConfigError
 from infercast_eagle3.checkpoint import save_weights
 from infercast_eagle3.cli import main
-from infercast_eagle3.config import from_transformers
+from infercast_eagle3.config import ADD_ONE, from_transformers
 from infercast_eagle3.loop import Eagle3Drafter, SpecSettings, TargetDrafter
 from infercast_eagle3.measure import check_fits, load_draft, measure
+from infercast_eagle3.model import build_draft
+from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig
 
-from .test_loop import VOCAB, tiny_llama_draft, tiny_llama_target
+from .test_loop import VOCAB, tiny_llama_draft, tiny_llama_draft_config, tiny_llama_target
 
 PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8, 9, 7, 9]]
 
@@ -26,10 +28,7 @@ def checkpoints(tmp_path):
     target = tiny_llama_target(0)
     target.save_pretrained(tmp_path / "target")
     draft = tiny_llama_draft(0)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=4, num_key_value_heads=2, architectures=["LlamaForCausalLMEagle3"],
-                         eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 2, 4]})
-    config.target_hidden_size = 32
+    config = tiny_llama_draft_config(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 2, 4]})
     config.save_pretrained(tmp_path / "draft")
     save_weights(draft, tmp_path / "draft", include_embedding=False)
     prompts = tmp_path / "prompts.jsonl"
@@ -75,12 +74,58 @@ def test_measure_rejects_bad_arguments() -> None:
 def test_load_draft_shares_the_target_embedding_and_reads_the_aux_layers(checkpoints) -> None:
     path, target = checkpoints
     draft = load_draft(path / "draft", target, dtype=torch.float32)
+    assert draft.embed_tokens is target.get_input_embeddings() and "embed_tokens.weight" not in draft.state_dict()
+    assert draft.config.capture_indices(6, ADD_ONE) == [2, 3, 5]
+    result = measure(target, Eagle3Drafter(draft), PROMPTS[:1], SpecSettings(2, 1), 5)
+    assert result.capture == [2, 3, 5]  # a Llama target: the layer after each id
+
+
+def test_a_checkpoint_embedding_gives_way_to_the_targets_as_in_sglang(checkpoints) -> None:
+    path, target = checkpoints
+    save_weights(tiny_llama_draft(0), path / "draft", include_embedding=True)
+    with pytest.warns(UserWarning, match="not loaded .*embed_tokens.weight"):
+        draft = load_draft(path / "draft", target, dtype=torch.float32)
     assert draft.embed_tokens is target.get_input_embeddings()
-    assert draft.config.capture_indices(6) == [2, 3, 5]
+
+
+def test_without_draft_vocab_size_the_draft_uses_the_targets_lm_head(checkpoints) -> None:
+    path, target = checkpoints
+    config = tiny_llama_draft_config(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 2, 4]})
+    del config.draft_vocab_size
+    config.save_pretrained(path / "draft")
+    with pytest.warns(UserWarning, match="not loaded .*lm_head.weight"):
+        draft = load_draft(path / "draft", target, dtype=torch.float32)
+    assert draft.lm_head is target.get_output_embeddings() and draft.config.lm_head_from_target
+    h = torch.randn(3, 32)
+    assert torch.equal(draft.logits(h), target.lm_head(h))
+
+
+def test_a_draft_vocab_size_without_lm_head_is_refused(checkpoints) -> None:
+    path, target = checkpoints
+    tensors = {k: v for k, v in load_file(str(path / "draft" / "model.safetensors")).items() if k != "lm_head.weight"}
+    save_file(tensors, str(path / "draft" / "model.safetensors"))
+    with pytest.raises(ConfigError, match="no lm_head.weight.*draft_vocab_size \\(97\\).*remove it"):
+        load_draft(path / "draft", target, dtype=torch.float32)
+
+
+def test_a_narrower_draft_keeps_its_own_embedding(tmp_path) -> None:
+    """target_hidden_size != hidden_size: sglang cannot share the target's embedding."""
+    target = tiny_llama_target(0)
+    config = tiny_llama_draft_config(hidden_size=16, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1)
+    config.save_pretrained(tmp_path)
+    torch.manual_seed(7)
+    draft = build_draft(from_transformers(config))
+    save_weights(draft, tmp_path)
+    loaded = load_draft(tmp_path, target, dtype=torch.float32)
+    assert torch.equal(loaded.embed_tokens.weight, draft.embed_tokens.weight)
+    save_weights(draft, tmp_path, include_embedding=False)
+    with pytest.raises(ConfigError, match="no embed_tokens.weight.*hidden_size 16 differs from target_hidden_size 32"):
+        load_draft(tmp_path, target, dtype=torch.float32)
 
 
 def test_a_draft_that_does_not_fit_the_target_is_named() -> None:
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, draft_vocab_size=50)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, draft_vocab_size=50,
+                         architectures=["LlamaForCausalLMEagle3"])
     config.target_hidden_size = 48
     with pytest.raises(ConfigError, match="48 wide .* the target's hidden size is 32"):
         check_fits(from_transformers(config), 32, VOCAB, has_d2t=True)
@@ -100,6 +145,8 @@ def test_cli_self_check_measures_num_steps_plus_one(checkpoints, capsys) -> None
     report = json.loads(out)
     assert report["acceptance"]["mean_accept_length"] == 5.0 and report["acceptance"]["position_rates"] == [1.0] * 4
     assert report["settings"] == {"num_steps": 4, "topk": 1, "num_draft_tokens": 5} and report["prompts"] == 3
+    assert report["tokens_per_s"] == pytest.approx(report["generated_tokens"] / report["wall_s"])
+    assert report["prompts_per_s"] == pytest.approx(3 / report["wall_s"])
 
 
 def test_cli_measures_a_draft_checkpoint_and_checks_losslessness(checkpoints, capsys) -> None:
@@ -109,6 +156,8 @@ def test_cli_measures_a_draft_checkpoint_and_checks_losslessness(checkpoints, ca
                        "--max-new-tokens", "8", "--dtype", "float32", "--check-lossless")
     assert code == 0
     assert "mean accept length" in out and "lossless: yes" in out and "draft tokens 5" in out
+    assert re.search(r"\(\d+\.\d+ prompts/s, \d+\.\d tokens/s\)", " ".join(out.split()))
+    assert "target hidden states read: [2, 3, 5]" in " ".join(out.split())
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -12,6 +12,7 @@ from transformers.models.deepseek_v3 import modeling_deepseek_v3 as ds
 from transformers.models.kimi_k25 import modeling_kimi_k25 as kimi
 
 from infercast_kimi_k25 import class_patches as cp
+from infercast_kimi_k25 import config_patches
 
 from .conftest import IMAGE_TOKEN, tiny_native_config, tiny_remote_config
 
@@ -183,7 +184,7 @@ def _remote_model(kimi_manager, configuration, monkeypatch, device):
     monkeypatch.delattr(transformers.utils, "is_torch_fx_available", raising=False)
     config = tiny_remote_config(configuration)
     kimi_manager.patch_config(config)  # phase 1 first: provides is_torch_fx_available, drops flash-attn
-    assert config.vision_config._attn_implementation == "sdpa" or cp._flash_attn_installed()
+    assert config.vision_config._attn_implementation == "sdpa" or config_patches.flash_attention_2_available()
     patches = kimi_manager.class_patches(config)
     modeling = __import__("remote_standin.modeling_kimi_k25", fromlist=["x"])
     assert {p.owner.__name__ for p in patches} >= {

@@ -26,7 +26,7 @@ def test_is_torch_fx_available_is_provided_when_missing(monkeypatch: pytest.Monk
 
 
 def test_flash_attention_is_replaced_in_text_and_vision_configs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(config_patches, "_flash_attn_installed", lambda: False)
+    monkeypatch.setattr(config_patches, "flash_attention_2_available", lambda: False)
     config = tiny_native_config()
     config.text_config._attn_implementation = "flash_attention_2"
     config.vision_config._attn_implementation = "flash_attention_2"
@@ -35,11 +35,30 @@ def test_flash_attention_is_replaced_in_text_and_vision_configs(monkeypatch: pyt
 
 
 def test_flash_attention_is_kept_where_flash_attn_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(config_patches, "_flash_attn_installed", lambda: True)
+    monkeypatch.setattr(config_patches, "flash_attention_2_available", lambda: True)
     config = tiny_native_config()
     config.vision_config._attn_implementation = "flash_attention_2"
     assert config_patches.replace_flash_attention(config) == []
     assert config.vision_config._attn_implementation == "flash_attention_2"
+
+
+def test_a_flash_attn_namespace_package_does_not_keep_flash_attention(tmp_path, monkeypatch) -> None:
+    """flash-attn 4 (installed with sglang) leaves a ``flash_attn`` namespace package: it
+    imports, but transformers cannot use flash-attn 2, so the config must still fall back."""
+    import importlib.util
+
+    from transformers.utils import is_flash_attn_2_available
+
+    if is_flash_attn_2_available():
+        pytest.skip("flash-attn 2 is really usable here")
+    (tmp_path / "flash_attn").mkdir()  # no __init__.py: a namespace package, as flash-attn 4 leaves it
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert importlib.util.find_spec("flash_attn") is not None
+    config = tiny_native_config()
+    config.vision_config._attn_implementation = "flash_attention_2"
+    assert config_patches.replace_flash_attention(config) == ["vision_config"]
+    assert config.vision_config._attn_implementation == "sdpa"
+    assert config_patches.flash_attention_2_available() is False
 
 
 def test_vision_names_are_bridged_both_ways_without_overwriting() -> None:

@@ -9,23 +9,28 @@ import pytest
 import torch
 from infercast_adapters import ConfigError
 from infercast_eagle3.checkpoint import load_weights, save_weights
-from infercast_eagle3.config import from_transformers
+from infercast_eagle3.config import ADD_ONE, ADD_ONE_IF_FIRST_IS_ONE, from_transformers, target_capture_rule
+from infercast_eagle3.layers import LlamaDraftLayer
 from infercast_eagle3.loop import (
+    DraftInput,
     Eagle3Drafter,
     SpecSettings,
     Target,
     greedy_reference,
     speculative_generate,
 )
-from infercast_eagle3.model import build_draft
+from infercast_eagle3.model import Eagle3Draft, build_draft
 from infercast_kimi_k25 import eagle3
 from infercast_kimi_k25.eagle3 import (
     Eagle3DeepseekV2ForCausalLM,
     MLADraftLayer,
     eagle3_mla_config,
 )
-from safetensors.torch import load_file
-from transformers import AutoConfig, AutoModelForCausalLM, DeepseekV3Config
+from infercast_kimi_k25.architecture import kimi_k25_config
+from safetensors.torch import load_file, save_file
+from transformers import AutoConfig, AutoModelForCausalLM, DeepseekV3Config, LlamaConfig
+
+from ..grids import grid
 
 VOCAB = 97
 TINY_MLA = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=16,
@@ -58,11 +63,33 @@ def tiny_mla_draft(seed: int, manager, **overrides):
     return build_draft(from_transformers(tiny_mla_config(**overrides)), "deepseek_v3", manager)
 
 
-def test_the_plugin_registers_the_mla_layer_for_deepseek_family_targets(kimi_manager) -> None:
-    layers = kimi_manager.draft_layers()
-    assert {model_type: layers[model_type] for model_type in ("kimi_k25", "kimi_k2", "deepseek_v3")} == dict.fromkeys(
-        ("kimi_k25", "kimi_k2", "deepseek_v3"), MLADraftLayer)
-    assert "llama" not in layers
+def test_the_plugin_registers_the_mla_layer_by_draft_architecture(kimi_manager) -> None:
+    assert kimi_manager.draft_layers() == {"Eagle3DeepseekV2ForCausalLM": MLADraftLayer}
+
+
+def test_the_plugin_says_kimi_targets_use_sglangs_deepseek_capture_rule(kimi_manager) -> None:
+    assert kimi_manager.eagle3_capture_rule("kimi_k25") == ADD_ONE_IF_FIRST_IS_ONE
+    assert kimi_manager.eagle3_capture_rule("kimi_k2") == ADD_ONE_IF_FIRST_IS_ONE
+    assert kimi_manager.eagle3_capture_rule("llama") is None  # not its family
+    assert target_capture_rule(kimi_k25_config(), kimi_manager) == ADD_ONE_IF_FIRST_IS_ONE
+
+
+def test_the_published_drafts_ids_read_the_layers_sglang_reads(kimi_manager) -> None:
+    config = from_transformers(eagle3_mla_config())
+    assert config.aux_layer_ids == [2, 30, 58]
+    rule = target_capture_rule(kimi_k25_config(), kimi_manager)
+    assert config.capture_indices(61, rule) == [2, 30, 58]  # the inputs of layers 2, 30, 58, as given
+    assert config.capture_indices(61, ADD_ONE) == [3, 31, 59]  # the Llama rule: a layer late
+
+
+def test_a_llama_style_draft_for_kimi_is_a_llama_layer(kimi_manager) -> None:
+    """lightseekorg/kimi-k2.5-eagle3 is LlamaForCausalLMEagle3: sglang's registry picks the Llama
+    draft by architecture, whatever the target."""
+    config = from_transformers(LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                           num_attention_heads=4, architectures=["LlamaForCausalLMEagle3"],
+                                           draft_vocab_size=VOCAB))
+    draft = build_draft(config, "kimi_k25", kimi_manager)
+    assert type(draft.layers[0]) is LlamaDraftLayer and type(draft) is Eagle3Draft
 
 
 def test_kimi_k2_is_a_deepseek_v3_config_alias_for_auto_config(kimi_manager, tmp_path) -> None:
@@ -76,7 +103,6 @@ def test_kimi_k2_is_a_deepseek_v3_config_alias_for_auto_config(kimi_manager, tmp
 
 def test_the_published_draft_on_meta_has_the_doubled_width_fused_projection(kimi_manager) -> None:
     config = from_transformers(eagle3_mla_config())
-    assert config.capture_indices(61) == [2, 30, 58]  # ids [1, 29, 57] are layer outputs
     with torch.device("meta"):
         draft = build_draft(config, "kimi_k25", kimi_manager).to(torch.bfloat16)
     assert type(draft) is Eagle3DeepseekV2ForCausalLM
@@ -135,26 +161,82 @@ def test_checkpoints_store_q_a_and_kv_a_separately_and_round_trip(kimi_manager, 
     draft = tiny_mla_draft(0, kimi_manager)
     path = save_weights(draft, tmp_path)
     stored = load_file(str(path))
-    assert tuple(stored["layers.0.self_attn.q_a_proj.weight"].shape) == (24, 64)
-    assert tuple(stored["layers.0.self_attn.kv_a_proj_with_mqa.weight"].shape) == (16 + 4, 64)
+    assert tuple(stored["midlayer.self_attn.q_a_proj.weight"].shape) == (24, 64)
+    assert tuple(stored["midlayer.self_attn.kv_a_proj_with_mqa.weight"].shape) == (16 + 4, 64)
     assert not any("fused" in name for name in stored)
-    assert {f"layers.0.self_attn.{n}.weight" for n in ("q_a_layernorm", "q_b_proj", "kv_a_layernorm", "kv_b_proj",
+    assert {f"midlayer.self_attn.{n}.weight" for n in ("q_a_layernorm", "q_b_proj", "kv_a_layernorm", "kv_b_proj",
                                                          "o_proj")} <= set(stored)
     fresh = tiny_mla_draft(1, kimi_manager)
     load_weights(fresh, tmp_path)
     for (name, a), (_, b) in zip(draft.state_dict().items(), fresh.state_dict().items()):
-        assert torch.equal(a, b), name
+        assert torch.equal(a, b) or name == "embed_tokens.weight", name  # the target's, never saved
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("prompt_length", [1, 6, 11])
-@pytest.mark.parametrize("settings", [SpecSettings(3, 1), SpecSettings(3, 2, 5), SpecSettings(2, 3, 6)],
-                         ids=["chain-s3", "tree-s3k2n5", "tree-s2k3n6"])
-def test_deepseek_v3_target_with_the_mla_draft_is_lossless(kimi_manager, seed, prompt_length, settings) -> None:
+def test_attention_bias_is_refused_as_sglangs_mla_layer_has_none(kimi_manager) -> None:
+    with pytest.raises(ConfigError, match="attention_bias is true, but sglang's Eagle3DeepseekV2ForCausalLM"):
+        tiny_mla_draft(0, kimi_manager, attention_bias=True)
+
+
+SETTINGS = {"chain-s3": SpecSettings(3, 1), "tree-s3k2n5": SpecSettings(3, 2, 5), "tree-s2k3n6": SpecSettings(2, 3, 6),
+            "tree-s3k2n7": SpecSettings(3, 2, 7)}
+
+
+@pytest.mark.parametrize(("seed", "prompt_length", "name"), grid([0, 1, 2], [1, 6, 11], list(SETTINGS),
+                                                                  name=lambda s, p, n: f"{n}-{p}-{s}"))
+def test_deepseek_v3_target_with_the_mla_draft_is_lossless(kimi_manager, seed, prompt_length, name) -> None:
+    settings = SETTINGS[name]
     model = tiny_deepseek_target(seed)
     draft = tiny_mla_draft(seed, kimi_manager)
     prompt = torch.randint(0, VOCAB, (prompt_length,), generator=torch.Generator().manual_seed(seed)).tolist()
-    target = Target(model, draft.config.capture_indices(model.config.num_hidden_layers))
+    target = Target(model, draft.config.capture_indices(model.config.num_hidden_layers, ADD_ONE_IF_FIRST_IS_ONE))
     out = speculative_generate(target, Eagle3Drafter(draft), prompt, 12, settings)
     assert out.tokens == greedy_reference(model, prompt, 12)
     assert all(1 <= c.accept_length <= settings.num_steps + 1 for c in out.cycles)
+
+
+def test_the_mla_draft_over_its_cache_gives_the_logits_of_the_whole_sequence(kimi_manager) -> None:
+    draft = tiny_mla_draft(3, kimi_manager)
+    drafter = Eagle3Drafter(draft)
+    tokens, aux = [4, 8, 15, 16, 23, 42], torch.randn(5, 96)
+    root = drafter.begin(tokens, aux)
+    (step,) = drafter.expand([DraftInput(7, root.hidden, 1, [], [7])])
+    seq = torch.tensor(tokens[1:] + [7])
+    feats = torch.cat([draft.project_aux(aux), root.hidden[None]])
+    logits, _ = draft(seq, feats, torch.arange(6), torch.ones(6, 6, dtype=torch.bool).tril())
+    assert torch.allclose(root.logp, logits[-2].log_softmax(-1), atol=1e-5)
+    assert torch.allclose(step.logp, logits[-1].log_softmax(-1), atol=1e-5)
+
+
+@pytest.mark.parametrize("spelling", [lambda n: n, lambda n: "model." + n.replace("midlayer.", "layers.0."),
+                                      lambda n: n.replace("midlayer.", "layers.0.")],
+                         ids=["midlayer (as saved)", "model.layers.0", "layers.0"])
+def test_the_mla_draft_loads_from_every_published_naming(kimi_manager, tmp_path, spelling) -> None:
+    draft = tiny_mla_draft(0, kimi_manager)
+    stored = load_file(str(save_weights(draft, tmp_path / "saved")))
+    save_file({spelling(name): t for name, t in stored.items()}, str(tmp_path / "model.safetensors"))
+    fresh = tiny_mla_draft(1, kimi_manager)
+    load_weights(fresh, tmp_path / "model.safetensors")
+    fresh.embed_tokens.load_state_dict(draft.embed_tokens.state_dict())  # the target's, never saved
+    aux = torch.randn(4, 96)
+    mask = torch.ones(4, 4, dtype=torch.bool).tril()
+    assert torch.equal(fresh(torch.arange(4), fresh.project_aux(aux), torch.arange(4), mask)[0],
+                       draft(torch.arange(4), draft.project_aux(aux), torch.arange(4), mask)[0])
+
+
+def test_the_eagle31_mla_draft_norms_each_aux_state_and_hands_on_the_normed_state(kimi_manager) -> None:
+    """kimi-k2.6-eagle3.1-mla's options: fc_norm (RMSNorm per aux state before fc), norm_output."""
+    plain = tiny_mla_draft(0, kimi_manager)
+    v31 = tiny_mla_draft(0, kimi_manager, fc_norm=True, norm_output=True)
+    v31.load_state_dict({**plain.state_dict(), **{k: v for k, v in v31.state_dict().items() if k.startswith("fc_norm")}})
+    with torch.no_grad():
+        for norm in v31.fc_norm:
+            norm.weight.uniform_(0.5, 1.5)
+    aux = torch.randn(5, 96)
+    chunks = [norm(chunk) for norm, chunk in zip(v31.fc_norm, aux.chunk(3, -1))]
+    assert torch.allclose(v31.project_aux(aux), plain.project_aux(torch.cat(chunks, -1)), atol=1e-6)
+    mask = torch.ones(5, 5, dtype=torch.bool).tril()
+    feats = v31.project_aux(aux)
+    logits, hidden = v31(torch.arange(5), feats, torch.arange(5), mask)
+    plain_logits, plain_hidden = plain(torch.arange(5), feats, torch.arange(5), mask)
+    assert torch.allclose(logits, plain_logits, atol=1e-6)
+    assert torch.allclose(hidden, plain.norm(plain_hidden), atol=1e-6)  # norm_output: after the final norm

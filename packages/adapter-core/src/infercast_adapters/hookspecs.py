@@ -3,7 +3,8 @@
 A plugin implements any subset of these functions, decorated with
 :data:`infercast_adapters.hookimpl`. Hooks are listed in the order a consumer calls them
 when it builds a model: profiles and draft layers at start-up, then config resolution,
-config patches (phase 1) and class patches (phase 2) for each model.
+config patches (phase 1) and class patches (phase 2) for each model, and the EAGLE3 capture
+rule when a draft is paired with its target.
 """
 
 from __future__ import annotations
@@ -41,13 +42,18 @@ def infercast_register_profiles(register: Callable[[ModelProfile], None]) -> Non
 
 @hookspec
 def infercast_register_draft_layers(register: Callable[[str, type], None]) -> None:
-    """Register EAGLE3 draft decoder layers for target architectures.
+    """Register EAGLE3 draft decoder layers by the draft's architecture.
 
-    Called once at start-up by consumers that build EAGLE3 draft models.
+    Called once at start-up by consumers that build EAGLE3 draft models. A draft's layer is
+    chosen by the first entry of its config's ``architectures`` (as sglang's model registry
+    chooses the draft model), whatever the target: a ``LlamaForCausalLMEagle3`` draft serving
+    Kimi-K2.5 is a Llama layer.
 
-    :param register: call ``register(target_model_type, layer_class)``; ``layer_class`` is
-        an ``nn.Module`` subclass constructed as ``layer_class(config, layer_idx)`` whose
-        forward takes ``(embeds, hidden_states, ...)`` and returns the new hidden states.
+    :param register: call ``register(architecture, layer_class)``, e.g.
+        ``register("Eagle3DeepseekV2ForCausalLM", MLADraftLayer)``; ``layer_class`` is an
+        ``nn.Module`` subclass constructed as ``layer_class(config, layer_idx)`` whose forward
+        takes ``(embeds, hidden_states, positions, mask, cache)`` and returns the new hidden
+        states. An architecture registered by two plugins fails the second.
     :return: nothing; layers go through ``register``.
     """
 
@@ -154,10 +160,38 @@ def infercast_class_patches(config: PretrainedConfig) -> list[Patch] | None:
     """
 
 
+# -------------------------------------------------------------------------------------------
+# per target of an EAGLE3 draft
+
+EAGLE3_CAPTURE_RULES: dict[str, str] = {
+    "add_one": "every id names a layer output: capture the input of layer id + 1 "
+               "(sglang's Llama, Qwen and most targets)",
+    "add_one_if_first_is_one": "add one to every id when the first id is 1, else capture the inputs of the "
+                               "layers as given (sglang >= 0.5.13 for DeepSeek-V2/V3 and Kimi targets)",
+}
+"""What :func:`infercast_eagle3_capture_rule` may answer, each with its meaning."""
+
+
+@hookspec(firstresult=True)
+def infercast_eagle3_capture_rule(target_model_type: str) -> str | None:
+    """Say how a target family reads an EAGLE3 draft's ``eagle_aux_hidden_state_layer_ids``.
+
+    Called when a draft is paired with a target, to choose the target hidden states the draft
+    reads. Serving engines differ by target family: sglang adds one to every id for Llama
+    targets but, for DeepSeek-V2/V3 and Kimi targets, only when the first id is 1. Answer only
+    for model types this plugin owns. Stops at the first non-None result.
+
+    :param target_model_type: the target's ``model_type`` (its text model's for a
+        vision-language target, e.g. ``kimi_k2``; the consumer asks for both).
+    :return: a key of :data:`EAGLE3_CAPTURE_RULES`, or None when the target is not this
+        plugin's (the consumer then uses its built-in table, else ``"add_one"``).
+    """
+
+
 def hook_names() -> list[str]:
     """Names of every hook in this module, in definition order."""
     return [name for name, obj in globals().items() if name.startswith("infercast_") and callable(obj)]
 
 
-__all__ = ["hookspec", "hook_names"] + hook_names()
+__all__ = ["EAGLE3_CAPTURE_RULES", "hookspec", "hook_names"] + hook_names()
 

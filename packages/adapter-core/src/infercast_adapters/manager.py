@@ -303,7 +303,7 @@ class AdapterManager:
         return [option for option, _ in self._speculative if model_type is None or option.model_type == model_type]
 
     def draft_layers(self) -> dict[str, type]:
-        """EAGLE3 draft decoder-layer classes by target model_type. Collected on first use,
+        """EAGLE3 draft decoder-layer classes by draft architecture (``architectures[0]``). Collected on first use,
         not at start-up: registering a layer class imports model code."""
         self._collect()
         while self._draft_layers is None:
@@ -314,7 +314,7 @@ class AdapterManager:
                 self.unregister(name)
                 self._fail(name, dist, version, exc)
                 self._collect()
-        return {model_type: cls for model_type, (cls, _) in self._draft_layers.items()}
+        return {architecture: cls for architecture, (cls, _) in self._draft_layers.items()}
 
     def _try_collect_draft_layers(self) -> tuple[str, BaseException] | None:
         layers: dict[str, tuple[type, str]] = {}
@@ -323,20 +323,20 @@ class AdapterManager:
             try:
                 self._call(
                     plugin, "infercast_register_draft_layers", function, argnames,
-                    register=lambda model_type, cls: found_layers.append((model_type, cls)),
+                    register=lambda architecture, cls: found_layers.append((architecture, cls)),
                 )
-                for model_type, cls in found_layers:
+                for architecture, cls in found_layers:
                     if not isinstance(cls, type):
-                        raise PluginError(f"plugin {plugin!r}: draft layer for {model_type!r} is {cls!r}, not a class")
-                    if model_type in layers:
+                        raise PluginError(f"plugin {plugin!r}: draft layer for {architecture!r} is {cls!r}, not a class")
+                    if architecture in layers:
                         raise PluginError(
-                            f"draft layer for {model_type!r} is registered by both plugin "
-                            f"{layers[model_type][1]!r} and plugin {plugin!r}"
+                            f"draft layer for architecture {architecture!r} is registered by both plugin "
+                            f"{layers[architecture][1]!r} and plugin {plugin!r}"
                         )
             except InfercastError as exc:
                 return plugin, exc
-            for model_type, cls in found_layers:
-                layers[model_type] = (cls, plugin)
+            for architecture, cls in found_layers:
+                layers[architecture] = (cls, plugin)
         self._draft_layers = layers
         return None
 
@@ -349,6 +349,22 @@ class AdapterManager:
             result = self._call(plugin, "infercast_resolve_config", function, argnames, model_ref=model_ref)
             if result is not None:
                 return result
+        return None
+
+    def eagle3_capture_rule(self, target_model_type: str) -> str | None:
+        """The first plugin's EAGLE3 capture rule for ``target_model_type`` (a key of
+        :data:`~infercast_adapters.hookspecs.EAGLE3_CAPTURE_RULES`), or None when no plugin
+        owns the target."""
+        self._collect()
+        for plugin, function, argnames in self._impls("infercast_eagle3_capture_rule"):
+            result = self._call(plugin, "infercast_eagle3_capture_rule", function, argnames,
+                                target_model_type=target_model_type)
+            if result is None:
+                continue
+            if result not in hookspecs.EAGLE3_CAPTURE_RULES:
+                raise PluginError(f"plugin {plugin!r}: infercast_eagle3_capture_rule({target_model_type!r}) returned "
+                                  f"{result!r}; valid: {', '.join(hookspecs.EAGLE3_CAPTURE_RULES)}")
+            return result
         return None
 
     def patch_config(self, config: PretrainedConfig) -> None:

@@ -138,7 +138,10 @@ def print_measurement(result: Measurement, console: Console) -> None:
     a, s = result.acceptance, result.settings
     console.print(f"[bold]EAGLE3 acceptance[/bold]  steps {s.num_steps}, topk {s.topk}, "
                   f"draft tokens {s.num_draft_tokens}; {result.prompts} prompts, {a.cycles} cycles, "
-                  f"{result.generated_tokens} tokens in {result.wall_s:.2f} s")
+                  f"{result.generated_tokens} tokens in {result.wall_s:.2f} s "
+                  f"({result.prompts_per_s:.2f} prompts/s, {result.tokens_per_s:.1f} tokens/s)")
+    if result.capture:
+        console.print(f"target hidden states read: {result.capture} (indices into transformers' hidden_states)")
     console.print(f"mean accept length [bold]{a.mean_accept_length:.3f}[/bold]   "
                   f"mean accept rate {a.mean_accept_rate:.3f}")
     if result.lossless is not None:

@@ -1,9 +1,10 @@
 """Acceptance measurement: run prompts through a target and a draft and report what the
-engines report (mean accept length, per-position acceptance rates, a histogram).
+engines report (mean accept length, per-position acceptance rates, a histogram), and how fast
+the measurement itself ran.
 
-The loop re-runs the whole sequence each cycle (no KV cache), so it suits hundreds of tokens
-per prompt on a GPU, or tiny models on CPU; the numbers it gives are exactly those of greedy
-EAGLE3 decoding with the same settings.
+Target and draft keep KV caches (see :mod:`infercast_eagle3.loop`), so a few hundred prompts of
+a few hundred tokens on a small target take minutes on a CPU; the numbers are exactly those of
+greedy EAGLE3 decoding with the same settings.
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ from typing import Any
 
 import torch
 from infercast_adapters import ConfigError
-from safetensors import safe_open
 
-from infercast_eagle3.config import from_transformers
+from infercast_eagle3.config import from_transformers, target_capture_rule
 from infercast_eagle3.loop import (
     Acceptance,
     Cycle,
@@ -41,10 +41,22 @@ class Measurement:
     wall_s: float
     lossless: bool | None
     """Whether every output equalled the target's own greedy decoding (None: not checked)."""
+    capture: list[int] | None = None
+    """The target hidden states the draft read (indices into transformers' ``hidden_states``)."""
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generated tokens per second of the measurement (the lossless check excluded)."""
+        return self.generated_tokens / self.wall_s if self.wall_s > 0 else float("inf")
+
+    @property
+    def prompts_per_s(self) -> float:
+        return self.prompts / self.wall_s if self.wall_s > 0 else float("inf")
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["acceptance"]["histogram"] = {str(k): v for k, v in self.acceptance.histogram.items()}
+        out["tokens_per_s"], out["prompts_per_s"] = self.tokens_per_s, self.prompts_per_s
         return out
 
 
@@ -54,26 +66,29 @@ def num_target_layers(model) -> int:
 
 def measure(model, drafter, prompts: Sequence[Sequence[int]], settings: SpecSettings = SpecSettings(),
             max_new_tokens: int = 64, *, capture: list[int] | None = None, eos_token_id: int | None = None,
-            check_lossless: bool = False, on_prompt: Callable[[int], None] | None = None) -> Measurement:
+            check_lossless: bool = False, on_prompt: Callable[[int], None] | None = None,
+            manager: Any = None) -> Measurement:
     """Greedy speculative decoding of every prompt; acceptance over all cycles.
 
-    ``drafter`` is an :class:`Eagle3Drafter` (its config names the aux layers) or any object
-    with ``begin``/``step`` (then ``capture`` defaults to the last hidden state)."""
+    ``drafter`` is an :class:`Eagle3Drafter` (its config names the aux layers, read with the
+    target family's capture rule from ``manager``'s adapters) or any object with
+    ``reset``/``begin``/``expand``/``to_target`` (then ``capture`` defaults to none)."""
     settings = settings.validated()
     if not prompts:
         raise ConfigError("no prompts to measure")
     if max_new_tokens < 2:
         raise ConfigError(f"max_new_tokens must be >= 2 (one draft/verify cycle), got {max_new_tokens}")
-    layers = num_target_layers(model)
     if capture is None:
         draft = getattr(drafter, "draft", None)
-        capture = draft.config.capture_indices(layers) if draft is not None else [layers]
+        capture = [] if draft is None else draft.config.capture_indices(
+            num_target_layers(model), target_capture_rule(model.config, _manager(manager)))
     target = Target(model, capture)
     cycles: list[Cycle] = []
-    per_prompt, generated, lossless = [], 0, True if check_lossless else None
-    start = time.perf_counter()
+    per_prompt, generated, lossless, wall = [], 0, True if check_lossless else None, 0.0
     for i, prompt in enumerate(prompts):
+        start = time.perf_counter()
         out = speculative_generate(target, drafter, list(prompt), max_new_tokens, settings, eos_token_id)
+        wall += time.perf_counter() - start
         if check_lossless and out.tokens != greedy_reference(model, list(prompt), len(out.tokens)):
             lossless = False
         cycles += out.cycles
@@ -83,7 +98,15 @@ def measure(model, drafter, prompts: Sequence[Sequence[int]], settings: SpecSett
         if on_prompt is not None:
             on_prompt(i)
     return Measurement(settings, summarize(cycles, settings.num_steps), len(prompts), generated, per_prompt,
-                       time.perf_counter() - start, lossless)
+                       wall, lossless, capture)
+
+
+def _manager(manager: Any) -> Any:
+    if manager is None:
+        from infercast_adapters.manager import load_default_manager
+
+        manager = load_default_manager()
+    return manager
 
 
 # ------------------------------------------------------------------------------ loading
@@ -110,42 +133,45 @@ def load_target(ref: str, *, dtype: torch.dtype = torch.bfloat16, device: str = 
                       "transformers can build")
 
 
-def _checkpoint_names(path: Path) -> set[str]:
-    files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
-    names: set[str] = set()
-    for file in files:
-        with safe_open(str(file), "pt") as handle:
-            names.update(k.removeprefix("model.") for k in handle.keys())
-    return names
-
-
 def load_draft(path: str | Path, model, *, manager: Any = None, dtype: torch.dtype = torch.bfloat16) -> Eagle3Draft:
     """An EAGLE3 draft from a directory with ``config.json`` and safetensors weights, checked
-    against the target it will serve; without ``embed_tokens`` it shares the target's."""
+    against the target it will serve. As sglang does, it uses the target's embedding (unless
+    ``target_hidden_size`` differs from ``hidden_size``) and, without ``draft_vocab_size``, the
+    target's lm_head."""
     from transformers import AutoConfig
 
-    from infercast_eagle3.checkpoint import load_weights
+    from infercast_eagle3.checkpoint import checkpoint_names, load_weights
 
-    if manager is None:
-        from infercast_adapters.manager import load_default_manager
-
-        manager = load_default_manager()
+    manager = _manager(manager)
     manager.draft_layers()  # adapters register their config aliases (kimi_k2) at start-up
     path = Path(path)
     if not (path / "config.json").is_file():
         raise ConfigError(f"{path}: expected a draft directory with config.json and *.safetensors")
     config = from_transformers(AutoConfig.from_pretrained(path))
     target_config = model.config.get_text_config()
-    check_fits(config, target_config.hidden_size, target_config.vocab_size, "d2t" in _checkpoint_names(path))
-    shared = None if "embed_tokens.weight" in _checkpoint_names(path) else model.get_input_embeddings()
+    names = checkpoint_names(path)
+    check_fits(config, target_config.hidden_size, target_config.vocab_size, "d2t" in names)
+    if config.lm_head_from_target and model.get_output_embeddings() is None:
+        raise ConfigError("the draft config has no draft_vocab_size, so the draft uses the target's lm_head, "
+                          "and this target has none")
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
         with torch.device(model.device):
-            draft = build_draft(config, target_config.model_type, manager, embed_tokens=shared)
+            draft = build_draft(config, target_config.model_type, manager, embed_tokens=model.get_input_embeddings(),
+                                lm_head=model.get_output_embeddings())
     finally:
         torch.set_default_dtype(previous)
-    load_weights(draft, path, shared_embedding=shared is not None)
+    owned = draft.state_dict()
+    if "lm_head.weight" in owned and "lm_head.weight" not in names:
+        raise ConfigError(f"the checkpoint has no lm_head.weight, but the config's draft_vocab_size "
+                          f"({config.draft_vocab_size}) says the draft has its own head; sglang loads the target's "
+                          "head only when draft_vocab_size is absent from config.json, so remove it there to use "
+                          "the target's")
+    if "embed_tokens.weight" in owned and "embed_tokens.weight" not in names:
+        raise ConfigError(f"the checkpoint has no embed_tokens.weight, and the draft cannot use the target's: its "
+                          f"hidden_size {config.hidden_size} differs from target_hidden_size {config.target_hidden_size}")
+    load_weights(draft, path)
     return draft.eval()
 
 

@@ -8,11 +8,10 @@ for configs of model_type ``kimi_k25`` (and nothing else).
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 FALLBACK_ATTENTION = "sdpa"
-"""What replaces ``flash_attention_2`` when the flash-attn package is not installed."""
+"""What replaces ``flash_attention_2`` where transformers cannot use flash-attn 2."""
 
 VISION_NAME_BRIDGE = {
     # remote-code name      native / generic name
@@ -56,16 +55,21 @@ def provide_is_torch_fx_available() -> bool:
     return True
 
 
-def _flash_attn_installed() -> bool:
-    return importlib.util.find_spec("flash_attn") is not None
+def flash_attention_2_available() -> bool:
+    """Whether transformers can build a model with ``flash_attention_2``: asked of transformers,
+    not of the import system, because flash-attn 4 (pulled in by sglang) installs a
+    ``flash_attn`` namespace package that imports while transformers still refuses FA2."""
+    from transformers.utils import is_flash_attn_2_available
+
+    return bool(is_flash_attn_2_available())
 
 
 def replace_flash_attention(config: Any, fallback: str = FALLBACK_ATTENTION) -> list[str]:
     """The published config asks for ``flash_attention_2`` in its text and vision configs;
-    without the flash-attn package (CPU, meta device, most CI) transformers refuses to build
-    the model. Use ``fallback`` instead wherever flash attention is requested. Returns the
-    names of the configs changed."""
-    if _flash_attn_installed():
+    where transformers cannot use flash-attn 2 (CPU, meta device, most CI, or flash-attn 4
+    only) it refuses to build the model. Use ``fallback`` instead wherever flash attention is
+    requested. Returns the names of the configs changed."""
+    if flash_attention_2_available():
         return []
     changed = []
     for name, sub in _configs(config):

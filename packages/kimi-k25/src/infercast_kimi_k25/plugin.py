@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Callable
 
 from infercast_adapters import ModelProfile, ModelRef, SpecOption, hookimpl
+from infercast_eagle3.config import ADD_ONE_IF_FIRST_IS_ONE
 
 from infercast_kimi_k25 import class_patches as _class_patches
 from infercast_kimi_k25 import config_patches as _config_patches
@@ -19,6 +20,10 @@ from infercast_kimi_k25.architecture import (
 )
 
 MODEL_TYPE = "kimi_k25"
+EAGLE3_CAPTURE_RULES = {MODEL_TYPE: ADD_ONE_IF_FIRST_IS_ONE, "kimi_k2": ADD_ONE_IF_FIRST_IS_ONE}
+"""How Kimi targets read a draft's aux layer ids: as sglang's DeepSeek-V2/V3 model (which
+serves Kimi-K2.5's text model) reads them since sglang 0.5.13 (``deepseek_v2.py``,
+``set_eagle3_layers_to_capture``): one added to each id only when the first id is 1."""
 
 PROFILE = ModelProfile(
     model_type=MODEL_TYPE,
@@ -75,8 +80,12 @@ def infercast_register_draft_layers(register: Callable[[str, type], None]) -> No
     from infercast_kimi_k25 import eagle3
 
     eagle3.register_kimi_k2_config()
-    for model_type in eagle3.TARGET_MODEL_TYPES:
-        register(model_type, eagle3.MLADraftLayer)
+    register(eagle3.ARCHITECTURE, eagle3.MLADraftLayer)
+
+
+@hookimpl
+def infercast_eagle3_capture_rule(target_model_type: str) -> str | None:
+    return EAGLE3_CAPTURE_RULES.get(target_model_type)
 
 
 @hookimpl

@@ -196,7 +196,8 @@ def eagle3_draft(config: Any, target_model_type: str, ctx: SimContext, manager: 
     mlp = SimMLP(spec.hidden_size, draft.layers[0].mlp.gate_proj.out_features, ctx.quant.dense, ctx.parallel.tp)
     layer = SimDraftLayer(ctx, sim_attn, mlp, spec.hidden_size)
     return SimDraft(ctx, layer, hidden_size=spec.hidden_size, vocab_size=spec.vocab_size,
-                    draft_vocab_size=spec.draft_vocab_size, fc_in=draft.fc.in_features, architecture=spec.architecture)
+                    draft_vocab_size=spec.draft_vocab_size, fc_in=draft.fc.in_features if draft.fc is not None else None,
+                    architecture=spec.architecture)
 
 
 def mtp_draft(target_last_layer: SimDecoderLayer, text: Any, ctx: SimContext) -> SimDraft:

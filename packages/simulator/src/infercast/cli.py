@@ -75,6 +75,12 @@ def _cmd_devices(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _cmd_export(args: argparse.Namespace, console: Console) -> int:
+    from infercast.export.cli import export_command
+
+    return export_command(args, console)
+
+
 def _cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     from infercast.report import print_summary
     from infercast.simulate import UserInput, simulate
@@ -403,6 +409,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_speculative_arguments(p)
     add_cost_model_arguments(p)
     p.set_defaults(handler=_cmd_simulate)
+    p = sub.add_parser("export", help="export the real forward as static prefill and decode graphs with pytorch-ir "
+                                      "(needs the ir extra)")
+    from infercast.export.cli import add_export_arguments
+
+    add_export_arguments(p)
+    p.set_defaults(handler=_cmd_export)
     p = sub.add_parser("plan", help="sweep layouts, batch sizes and speculative settings; Pareto frontier, plot, "
                                     "launch command")
     add_plan_arguments(p)

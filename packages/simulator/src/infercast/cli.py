@@ -82,6 +82,10 @@ def _cmd_export(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace, console: Console) -> int:
+    if args.from_ir:
+        from infercast.export.cli import price_ir_command
+
+        return price_ir_command(args, console)
     from infercast.report import print_summary
     from infercast.simulate import UserInput, simulate
 
@@ -406,6 +410,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_cmd_devices)
     p = sub.add_parser("simulate", help="simulate one serving step (default: Kimi-K2.5 on 8 x H200, TP8, decode)")
     add_simulate_arguments(p)
+    p.add_argument("--from-ir", metavar="FILE.json", default=None,
+                   help="price a pytorch-ir graph (infercast export's, or any) instead of the model's engine view; "
+                        "uses --device and the cost-model flags (docs/simulate.md)")
     add_speculative_arguments(p)
     add_cost_model_arguments(p)
     p.set_defaults(handler=_cmd_simulate)

@@ -1,4 +1,4 @@
-"""Command-line front end of the model view: ``infercast export``."""
+"""Command-line front ends of the model view: ``infercast export`` and ``simulate --from-ir``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from infercast_adapters import InfercastError
 from rich.console import Console
 from rich.table import Table
 
@@ -75,3 +76,74 @@ def print_export(result: Any, console: Console) -> None:
     for note in result.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
     console.print(f"total {result.total_seconds:.1f} s")
+
+
+def price_ir_command(args: argparse.Namespace, console: Console) -> int:
+    from infercast.costmodel import CostModel
+    from infercast.export.pricing import engine_view, price_ir
+    from infercast.kernels.calibration import load_calibration
+    from infercast.plugins import get_devices
+
+    device = get_devices().get(args.device)
+    if args.cost_model not in ("measured", "analytic"):
+        raise InfercastError(f"unknown --cost-model {args.cost_model!r}; valid: measured, analytic")
+    calibration = load_calibration(args.calibration, device) if args.calibration else None
+    model = CostModel(device, args.engine, args.engine_version, calibration, measured=args.cost_model == "measured")
+    pricing = price_ir(args.from_ir, model)
+    if pricing.meta is not None:
+        fields = {"device": args.device, "engine": args.engine, "engine_version": args.engine_version,
+                  "calibration": args.calibration, "cost_model": args.cost_model}
+        try:
+            pricing.engine = engine_view(pricing.meta, fields)
+        except InfercastError as exc:
+            pricing.notes.append(f"engine view skipped: {exc}")
+    else:
+        pricing.notes.append("the file carries no infercast export metadata (model, shapes): no engine view to compare")
+    if args.json:
+        print(json.dumps(pricing.to_dict(), indent=2))
+    else:
+        print_pricing(pricing, console, args.show_ops)
+    return 0
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "-"
+
+
+def print_pricing(pricing: Any, console: Console, show_ops: int) -> None:
+    meta = pricing.meta or {}
+    what = (f"{meta.get('model')} {meta.get('phase')} graph, batch {meta.get('batch')}, "
+            f"{'prompt ' + str(meta.get('seq_len')) if meta.get('phase') == 'prefill' else 'cache ' + str(meta.get('max_cache_len'))}, "
+            f"{meta.get('layers')} layers, {meta.get('dtype')}") if meta else "a pytorch-ir graph"
+    t = pricing.totals
+    console.print(f"[bold]{pricing.path}[/bold]: {what}; {pricing.nodes:,} nodes ({pricing.free_nodes:,} views and "
+                  f"metadata, free), {t.kernels:,} kernels on {pricing.device} ({pricing.cost_model})")
+    table = Table(title="IR operators, kernels back to back")
+    for column in ("op", "count", "GFLOP", "MB", "ms", "bound", "source"):
+        table.add_column(column, justify="left" if column in ("op", "bound", "source") else "right")
+    for op in pricing.ops[:show_ops]:
+        table.add_row(op.name, f"{op.count:,}", f"{op.flops / 1e9:,.3f}", f"{op.bytes / 1e6:,.2f}", f"{op.ms:,.3f}",
+                      op.bound, ", ".join(f"{k} {v}" for k, v in sorted(op.sources.items())))
+    console.print(table)
+    ir = t.to_dict()
+    engine = (pricing.engine or {}).get("totals")
+    compare = Table(title="IR graph vs engine view (same model and shapes, 1 device, bf16)" if engine else "IR totals")
+    compare.add_column("")
+    compare.add_column("IR graph", justify="right")
+    if engine:
+        compare.add_column("engine view", justify="right")
+        compare.add_column("IR / engine", justify="right")
+    for key, label, scale, unit, digits in (("matmul_flops", "GEMM + attention", 1e9, "GFLOP", 3),
+                                            ("other_flops", "other (elementwise)", 1e9, "GFLOP", 3),
+                                            ("bytes", "HBM traffic", 1e9, "GB", 3), ("kernels", "kernels", 1, "", 0),
+                                            ("ms", "kernel time", 1, "ms", 3)):
+        row = [f"{label} {unit}".strip(), f"{ir[key] / scale:,.{digits}f}"]
+        if engine:
+            row += [f"{engine[key] / scale:,.{digits}f}", _ratio(ir[key], engine[key])]
+        compare.add_row(*row)
+    console.print(compare)
+    if engine:
+        console.print("Why they differ (eager attention over every cache slot, MLA without weight absorption, "
+                      "gathered expert weights, no fusion): docs/simulate.md, 'Pricing an exported graph'.")
+    for note in pricing.notes:
+        console.print(f"[yellow]note:[/yellow] {note}")

@@ -32,6 +32,9 @@ from torch import nn
 SEQ_AXIS = 2
 """The sequence (slot) axis of every cache tensor."""
 
+LM_PREFIX = "lm."
+"""Where the ABIs hold the causal LM: stripped from weight names and module paths."""
+
 ROLES = {"mla": ("latent", "rope_key"), "gqa": ("key", "value")}
 """Names of a layer's two cache tensors by the profile's ``attention_kind``."""
 

@@ -167,7 +167,7 @@ def cache_shapes(lm: torch.nn.Module, batch: int) -> list[tuple[tuple[int, ...],
         except InfercastError:
             raise
         except Exception as exc:  # the forward itself fails on meta: name the module
-            raise untraceable(exc, module, "the forward failed in", prefix="lm.") from None
+            raise untraceable(exc, module, "the forward failed in", prefix=abi.LM_PREFIX) from None
     return [(tuple(t.shape), t.dtype) for t in out[1:]]
 
 
@@ -225,7 +225,7 @@ def export_model(request: ExportRequest, *, manager=None, progress: Progress | N
                 slots = [_meta(shape[:abi.SEQ_AXIS] + (request.max_cache_len,) + shape[abi.SEQ_AXIS + 1:], dt)
                          for shape, dt in shapes]
                 inputs = (_meta((request.batch, 1), torch.int64), _meta((1,), torch.int64), *slots)
-            ir = extract(module, inputs, f"{stem}_{phase}", weight_prefix="lm.")
+            ir = extract(module, inputs, f"{stem}_{phase}", weight_prefix=abi.LM_PREFIX)
             seconds = time.perf_counter() - phase_started
             note(phase, "write")
             path = out_dir / f"{stem}_{phase}_ir.json"

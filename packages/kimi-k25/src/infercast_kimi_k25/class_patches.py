@@ -15,9 +15,13 @@ The replacements, one problem each:
   (:func:`placeholder_mask_any_device`, :func:`merge_image_features`);
 * the vision encoder's missing ``use_deterministic_attn`` attribute, and an attention that
   works on meta and never builds an (n x n) score matrix (:func:`varlen_sdpa`);
-* MoE routing and dispatch become static and balanced (:func:`balanced_moe_forward`): the
-  real routing semantics are the simulator's MoE layer's job, a traced forward needs shapes
-  that do not depend on data;
+* the native experts dispatch the router's real choice with static shapes (each token's
+  experts gathered by index, two batched GEMMs) and RoPE is computed from position ids with a
+  host copy of ``inv_freq`` (:func:`infercast_adapters.traceable.traceable_patches`): the text
+  model exports as one static graph with the numbers of the eager model (``infercast export``);
+* the remote code's MoE becomes static and balanced (:func:`balanced_moe_forward`): its router
+  reads data on the host, so routing is replaced by a fixed balanced assignment; the real
+  routing semantics are the simulator's MoE layer's job;
 * MLA given only ``position_ids`` computes its own (cos, sin) (:func:`mla_with_position_ids`);
 * decoder layers accept attention modules returning 2 or 3 values (:func:`decoder_layer_forward`);
 * the patch embedding takes flat 2-D patches, as a linear projection equal to its Conv2d
@@ -35,6 +39,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 from infercast_adapters import Patch
+from infercast_adapters.traceable import traceable_patches
 
 MODEL_TYPE = "kimi_k25"
 
@@ -326,12 +331,14 @@ def native_patches() -> list[Patch]:
                "vision metadata from the host grid, on the activations' device"),
         _patch(kimi.Kimi_K25VisionPatchEmbed, "forward", flat_patch_embed(kimi.Kimi_K25VisionPatchEmbed.forward),
                "patch embedding takes flat 2-D patches"),
-        _patch(ds.DeepseekV3MoE, "forward", balanced_moe_forward, "static balanced MoE routing and dispatch"),
         _patch(ds.DeepseekV3Attention, "forward", mla_with_position_ids(ds.DeepseekV3Attention.forward,
                                                                         ds.DeepseekV3RotaryEmbedding),
                "MLA computes RoPE from position_ids"),
         _patch(ds.DeepseekV3DecoderLayer, "forward", decoder_layer_forward,
                "decoder layer accepts attention returning 2 or 3 values"),
+        # the real router's choice, dispatched with static shapes; RoPE from position ids with a
+        # host inv_freq: what makes the text model one static graph (``infercast export``)
+        *traceable_patches(MODEL_TYPE, experts=ds.DeepseekV3Experts, rotary=ds.DeepseekV3RotaryEmbedding),
     ]
 
 

@@ -1,4 +1,5 @@
-"""Built-in adapter plugin: profiles of the transformers-native model families.
+"""Built-in adapter plugin: profiles, bundled configs and export patches of the
+transformers-native model families.
 
 Registered by :func:`infercast.plugins.get_manager` as an ordinary plugin named
 ``infercast.builtin_models``, so it can be listed and blocked like any other.
@@ -54,6 +55,37 @@ def infercast_register_sim_layers(register) -> None:
 
     for role, key, builder in BUILTIN:
         register(role, key, builder)
+
+
+# -------------------------------------------------------------------------------------------
+# Class patches: what makes each family's forward one static graph (``infercast export``).
+# model_type -> (modeling module, stacked-experts class or None, rotary embedding class). Names
+# only: a family's modeling code is imported when a model of that family is built.
+
+TRACEABLE_CLASSES: dict[str, tuple[str, str | None, str]] = {
+    "llama": ("transformers.models.llama.modeling_llama", None, "LlamaRotaryEmbedding"),
+    "qwen3": ("transformers.models.qwen3.modeling_qwen3", None, "Qwen3RotaryEmbedding"),
+    "qwen3_moe": ("transformers.models.qwen3_moe.modeling_qwen3_moe", "Qwen3MoeExperts", "Qwen3MoeRotaryEmbedding"),
+    "deepseek_v3": ("transformers.models.deepseek_v3.modeling_deepseek_v3", "DeepseekV3Experts",
+                    "DeepseekV3RotaryEmbedding"),
+    "mixtral": ("transformers.models.mixtral.modeling_mixtral", "MixtralExperts", "MixtralRotaryEmbedding"),
+}
+
+
+@hookimpl
+def infercast_class_patches(config):
+    import importlib
+
+    from infercast_adapters.traceable import traceable_patches
+
+    model_type = getattr(config, "model_type", None)
+    entry = TRACEABLE_CLASSES.get(model_type)
+    if entry is None:
+        return None
+    module_name, experts, rotary = entry
+    module = importlib.import_module(module_name)
+    return traceable_patches(model_type, experts=getattr(module, experts) if experts else None,
+                             rotary=getattr(module, rotary))
 
 
 # -------------------------------------------------------------------------------------------

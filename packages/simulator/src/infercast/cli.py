@@ -105,7 +105,17 @@ def _cmd_devices(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _cmd_export(args: argparse.Namespace, console: Console) -> int:
+    from infercast.export.cli import export_command
+
+    return export_command(args, console)
+
+
 def _cmd_simulate(args: argparse.Namespace, console: Console) -> int:
+    if args.from_ir:
+        from infercast.export.cli import price_ir_command
+
+        return price_ir_command(args, console)
     from infercast.request import UserInput, check
 
     user = check(UserInput(**{f.name: getattr(args, f.name) for f in dataclasses.fields(UserInput)}))
@@ -387,7 +397,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--output-json", metavar="FILE", help="also write the JSON result to FILE")
     g.add_argument("--chrome-trace", metavar="FILE", help="write one step as a Chrome trace (open in Perfetto)")
     g.add_argument("--show-ops", type=_int, default=10, metavar="N", help="operators in the summary table (default 10)")
+    g.add_argument("--from-ir", metavar="FILE.json", default=None,
+                   help="price a pytorch-ir graph (infercast export's, or any) instead of the model's engine view; "
+                        "uses --device and the cost-model flags (docs/simulate.md)")
     p.set_defaults(handler=_cmd_simulate)
+    p = sub.add_parser("export", help="export the real forward as static prefill and decode graphs with pytorch-ir "
+                                      "(needs the ir extra)")
+    from infercast.export.cli import add_export_arguments
+
+    add_export_arguments(p)
+    p.set_defaults(handler=_cmd_export)
     p = sub.add_parser("plan", help="sweep layouts, batch sizes and speculative settings; Pareto frontier, plot, "
                                     "launch command")
     add_plan_arguments(p)

@@ -196,6 +196,77 @@ def _kv_cache_write(record: OpRecord) -> OpCost:
     return OpCost(bytes=2.0 * record["new"].nbytes)
 
 
+# -- ATen operators (a pytorch-ir graph: ``infercast simulate --from-ir``) ---------------
+#
+# A node of an exported graph arrives as an OpRecord named ``aten::<op>`` with its arguments
+# bound by the operator's schema names. GEMMs in fp32 (routers) are priced at the bf16 tensor
+# rate: no device profile publishes an fp32 peak, and they are a negligible share.
+
+
+def _gemm_dtype(spec) -> str:
+    name = DTYPE_NAMES.get(spec.dtype, "bf16")
+    return "bf16" if name == "fp32" else name
+
+
+def _matmul_cost(record: OpRecord, a, b) -> OpCost:
+    """``a [..., m, k] @ b [..., k, n]`` (a 2-D ``b`` applies to every row of ``a``)."""
+    out = record.outputs[0]
+    k = a.shape[-1]
+    n = out.shape[-1] if out.shape else 1
+    if len(b.shape) <= 2:
+        m, count = a.numel // k if k else 0, 1
+    else:
+        m = a.shape[-2] if len(a.shape) >= 2 else 1
+        count = out.numel // max(1, m * n)
+    dtype = _gemm_dtype(a)
+    return OpCost(flops=2.0 * out.numel * k, compute_dtype=dtype, bytes=_io_bytes(record), kernel_dtype=dtype,
+                  kind="gemm", gemm_mnk=(m, n, k), gemm_count=count)
+
+
+MATMUL_OPERANDS = {"aten::linear": ("input", "weight"), "aten::addmm": ("mat1", "mat2"),
+                   "aten::matmul": ("self", "other"), "aten::baddbmm": ("batch1", "batch2")}
+"""ATen GEMMs and the schema names of their two operands."""
+
+
+def _matmul_formula(a: str, b: str) -> CostFormula:
+    def formula(record: OpRecord) -> OpCost:
+        return _matmul_cost(record, record[a], record[b])
+
+    formula.__qualname__ = f"matmul_{a}_{b}"
+    return formula
+
+
+for _name, (_a, _b) in MATMUL_OPERANDS.items():
+    register_cost(_name)(_matmul_formula(_a, _b))
+
+
+@register_cost("aten::scaled_dot_product_attention")
+def _aten_sdpa(record: OpRecord) -> OpCost:
+    """Fused attention over [batch, heads, length, dim] tensors (flash: scores never in HBM)."""
+    q, k, v = record["query"], record["key"], record["value"]
+    batch_heads = q.numel // (q.shape[-2] * q.shape[-1])
+    pairs = attended_pairs(batch_heads, q.shape[-2], k.shape[-2], bool(record.named.get("is_causal")))
+    return OpCost(flops=2.0 * pairs * (q.shape[-1] + v.shape[-1]), compute_dtype="bf16",
+                  bytes=q.nbytes + k.nbytes + v.nbytes + record.outputs[0].nbytes, kind="attention")
+
+
+@register_cost("aten::index_copy")
+def _aten_index_copy(record: OpRecord) -> OpCost:
+    """A cache update, priced as the in-place write a runtime performs (read the new rows,
+    write them into the cache), not as the graph's out-of-place copy of the whole cache."""
+    return OpCost(bytes=record["index"].nbytes + 2.0 * record["source"].nbytes)
+
+
+def _gather(record: OpRecord) -> OpCost:
+    """Read the selected rows and the indices, write the rows."""
+    indices = sum(t.nbytes for t in record.tensors() if not t.dtype.is_floating_point)
+    return OpCost(bytes=indices + 2.0 * record.outputs[0].nbytes)
+
+
+for _name in ("aten::index_select", "aten::embedding", "aten::gather", "aten::index"):
+    register_cost(_name)(_gather)
+
+
 # -- collectives -------------------------------------------------------------------------
 
 

@@ -197,7 +197,7 @@ def table_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) 
 
 def _gemm_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -> Query | None:
     m, n, k = cost.gemm_mnk
-    dtype = _table_dtype(record["dtype"], model.device)
+    dtype = _table_dtype(cost.kernel_dtype, model.device)
     device = model.device
 
     def shape(c):
@@ -385,6 +385,8 @@ def _all_to_all_query(record: OpRecord, cost: OpCost, model: CostModel, phase: P
 _QUERIES: dict[str, Callable[..., Query | None]] = {
     "infercast::gemm": _gemm_query,
     "infercast::quant_gemm": _gemm_query,
+    "aten::linear": _gemm_query,  # a pytorch-ir graph's GEMMs (--from-ir)
+    "aten::addmm": _gemm_query,
     "infercast::attention": _attention_query,
     "infercast::mla_attention": _mla_decode_query,
     "infercast::mla_prefill_attention": _mla_prefill_query,

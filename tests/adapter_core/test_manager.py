@@ -203,3 +203,80 @@ def test_naming_a_model_type_the_plugin_does_not_own_fails_it(hook: str) -> None
     manager.profiles()
     (failure,) = manager.failures()
     assert failure.name == "intruder" and "does not own" in failure.error and "'alpha'" in failure.error
+
+
+def test_hooks_go_through_pluggy_so_wrappers_run() -> None:
+    """A new-style wrapper sees and changes the result of the implementations it wraps; an
+    old-style hookwrapper runs too."""
+    from infercast_adapters import hookimpl
+
+    seen: list[str] = []
+
+    class Resolver:
+        @hookimpl
+        def infercast_resolve_config(self, model_ref):
+            return {"ref": model_ref}
+
+    class Wrapper:
+        @hookimpl(wrapper=True)
+        def infercast_resolve_config(self, model_ref):
+            result = yield
+            seen.append(model_ref)
+            return {**result, "wrapped": True} if result else result
+
+    class OldWrapper:
+        @hookimpl(hookwrapper=True)
+        def infercast_patch_config(self, config):
+            seen.append("before")
+            yield
+            seen.append("after")
+
+    manager = AdapterManager()
+    manager.register(Resolver(), "resolver")
+    manager.register(Wrapper(), "wrapper")
+    manager.register(OldWrapper(), "old")
+    assert manager.resolve_config("x") == {"ref": "x", "wrapped": True}
+    manager.patch_config(object())
+    assert seen == ["x", "before", "after"]
+
+
+def test_a_wrapper_that_raises_is_blamed_by_name() -> None:
+    from infercast_adapters import hookimpl
+
+    class Resolver:
+        @hookimpl
+        def infercast_resolve_config(self, model_ref):
+            return {"ref": model_ref}
+
+    class BadWrapper:
+        @hookimpl(wrapper=True)
+        def infercast_resolve_config(self, model_ref):
+            yield
+            raise ValueError("oops")
+
+    manager = AdapterManager()
+    manager.register(Resolver(), "resolver")
+    manager.register(BadWrapper(), "bad")
+    with pytest.raises(PluginError, match="plugin 'bad' failed in hook infercast_resolve_config: ValueError: oops"):
+        manager.resolve_config("x")
+
+
+def test_a_register_hook_that_raises_fails_only_its_plugin() -> None:
+    from infercast_adapters import hookimpl
+
+    class Good:
+        @hookimpl
+        def infercast_register_profiles(self, register):
+            register(ModelProfile(model_type="good", decoder_layer_class="L", attention_class="A"))
+
+    class Bad:
+        @hookimpl
+        def infercast_register_profiles(self, register):
+            raise SystemExit(4)
+
+    manager = AdapterManager()
+    manager.register(Good(), "good")
+    manager.register(Bad(), "bad")
+    assert list(manager.profiles()) == ["good"]
+    (failure,) = manager.failures()
+    assert failure.name == "bad" and "SystemExit: 4" in failure.error

@@ -17,7 +17,12 @@ class ConfigError(InfercastError):
 
 
 class PluginError(InfercastError):
-    """A plugin failed to import, to validate, or collided with another plugin."""
+    """A plugin failed to import, to validate, or collided with another plugin; ``plugin``
+    names the one to blame when it is known."""
+
+    def __init__(self, message: str, plugin: str | None = None):
+        self.plugin = plugin
+        super().__init__(message)
 
 
 class ProfileError(InfercastError):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -81,6 +83,9 @@ class AdapterManager:
         self._sim_layers: dict[tuple[str, str], tuple[Callable[..., Any], str]] | None = None
         self._models: list[tuple[ModelRef, str]] | None = None
         self._speculative: list[tuple[SpecOption, str]] | None = None
+        self._current: str | None = None
+        """The plugin whose hook implementation is running (set by the guard of each)."""
+        self._answers: list[tuple[str, Any]] = []
 
     # --------------------------------------------------------------------- registration
 
@@ -105,6 +110,7 @@ class AdapterManager:
             self._fail(name, distribution, version, exc)
             return False
         self._origins[name] = (distribution, version)
+        self._guard(name)
         self._invalidate()
         return True
 
@@ -129,7 +135,7 @@ class AdapterManager:
             version = ep.dist.version if ep.dist is not None else None
             try:
                 plugin = ep.load()
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:  # a plugin that exits at import must not end the command
                 self._fail(ep.name, dist, version, exc)
                 continue
             self.register(plugin, ep.name, distribution=dist, version=version)
@@ -163,111 +169,172 @@ class AdapterManager:
         self._collect()
         return list(self._failures.values())
 
-    def _impls(self, hook_name: str, *, registration_order: bool = False) -> Iterator[tuple[str, Callable[..., Any], list[str]]]:
-        """Implementations of a hook in pluggy's call order (last registered first), or in
-        registration order (built-ins first) for the register hooks, where the first claim wins."""
-        impls = getattr(self._pm.hook, hook_name).get_hookimpls()
-        for impl in impls if registration_order else reversed(impls):
-            yield impl.plugin_name, impl.function, list(impl.argnames)
+    # --------------------------------------------------------------------- calling hooks
 
-    def _call(self, plugin: str, hook_name: str, function: Callable[..., Any], argnames: list[str], **kwargs: Any) -> Any:
+    def _guard(self, name: str) -> None:
+        """Wrap each hook implementation of plugin ``name`` so that a call through ``pm.hook``
+        knows which plugin is running and turns its failure into a :class:`PluginError` that
+        names the plugin and the hook (wrappers included)."""
+        plugin = self._pm.get_plugin(name)
+        for caller in self._pm.get_hookcallers(plugin) or ():
+            for impl in caller.get_hookimpls():
+                if impl.plugin is plugin and not getattr(impl.function, "_infercast_guarded", False):
+                    wrapping = impl.hookwrapper or getattr(impl, "wrapper", False)
+                    impl.function = (self._guarded_wrapper if wrapping else self._guarded)(name, caller.name,
+                                                                                          impl.function)
+
+    def _blame(self, plugin: str, hook: str, exc: BaseException) -> PluginError:
+        if isinstance(exc, PluginError):
+            if exc.plugin is None:
+                exc.plugin = plugin
+            return exc
+        return PluginError(f"plugin {plugin!r} failed in hook {hook}: {type(exc).__name__}: {exc}. "
+                           f"Skip the plugin with {DISABLE_ENV}={plugin}", plugin=plugin)
+
+    def _guarded(self, plugin: str, hook: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            outer, self._current = self._current, plugin
+            try:
+                result = function(*args, **kwargs)
+            except PluginError as exc:
+                raise self._blame(plugin, hook, exc) from None
+            except InfercastError:
+                raise  # the user's input is wrong (an unknown model, a bad file): not the plugin's fault
+            except (Exception, SystemExit) as exc:
+                raise self._blame(plugin, hook, exc) from exc
+            finally:
+                self._current = outer
+            if result is not None:
+                self._answers.append((plugin, result))
+            return result
+
+        call._infercast_guarded = True  # type: ignore[attr-defined]
+        return call
+
+    def _guarded_wrapper(self, plugin: str, hook: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return (yield from function(*args, **kwargs))
+            except InfercastError as exc:
+                if isinstance(exc, PluginError) and exc.plugin is None:
+                    exc.plugin = plugin
+                raise
+            except (Exception, SystemExit) as exc:
+                raise self._blame(plugin, hook, exc) from exc
+
+        call._infercast_guarded = True  # type: ignore[attr-defined]
+        return call
+
+    def _hook(self, hook_name: str, **kwargs: Any) -> tuple[Any, list[tuple[str, Any]]]:
+        """Call a hook through pluggy: its result, and every non-None answer with its plugin."""
+        outer, self._answers = self._answers, []
         try:
-            return function(**{name: kwargs[name] for name in argnames})
-        except InfercastError:
-            raise
-        except Exception as exc:
-            raise PluginError(f"plugin {plugin!r} failed in hook {hook_name}: {type(exc).__name__}: {exc}") from exc
+            result = getattr(self._pm.hook, hook_name)(**kwargs)
+            return result, self._answers
+        finally:
+            self._answers = outer
+
+    def _order(self) -> dict[str, int]:
+        return {name: i for i, (name, _) in enumerate(self._pm.list_name_plugin())}
+
+    def _gather(self, hook_name: str) -> list[tuple[str, tuple[Any, ...]]]:
+        """Call a register hook through pluggy; each registration with the plugin that made
+        it, in plugin registration order (built-ins first: the first claim wins)."""
+        found: list[tuple[str, tuple[Any, ...]]] = []
+        self._hook(hook_name, register=lambda *args: found.append((self._current or "?", args)))
+        order = self._order()
+        return sorted(found, key=lambda entry: order.get(entry[0], len(order)))
+
+    def disable(self, exc: PluginError) -> None:
+        """Unregister the plugin ``exc`` blames and record it in :meth:`failures` (what a
+        consumer does with a registration it cannot use)."""
+        assert exc.plugin is not None
+        dist, version = self._origins.get(exc.plugin, (None, None))
+        self.unregister(exc.plugin)
+        self._fail(exc.plugin, dist, version, exc)
+
+    def registrations(self, hook_name: str) -> list[tuple[str, tuple[Any, ...]]]:
+        """Every registration a ``register(...)`` hook makes, as (plugin, arguments), for hooks
+        a consumer adds (``infercast_register_devices``). A plugin whose hook raises is
+        recorded in :meth:`failures` and unregistered, and the others are asked again."""
+        self._collect()
+        while True:
+            try:
+                return self._gather(hook_name)
+            except PluginError as exc:
+                if exc.plugin is None or not self._pm.has_plugin(exc.plugin):
+                    raise
+                self.disable(exc)
+                self._collect()
 
     # --------------------------------------------------------------------- start-up hooks
 
     def _collect(self) -> None:
         """Run the register hooks once per change of plugins; fail plugins that do not validate."""
-        if self._profiles is not None:
-            return
-        while True:
-            failed = self._try_collect()
-            if failed is None:
-                return
-            name, exc = failed
-            dist, version = self._origins.get(name, (None, None))
-            self.unregister(name)
-            self._fail(name, dist, version, exc)
+        while self._profiles is None:
+            try:
+                self._try_collect()
+            except PluginError as exc:
+                if exc.plugin is None or not self._pm.has_plugin(exc.plugin):
+                    raise
+                self.disable(exc)
 
-    def _try_collect(self) -> tuple[str, BaseException] | None:
+    def _try_collect(self) -> None:
         profiles: dict[str, RegisteredProfile] = {}
-        for plugin, function, argnames in self._impls("infercast_register_profiles", registration_order=True):
-            found: list[ModelProfile] = []
+        for plugin, (profile,) in self._gather("infercast_register_profiles"):
+            if not isinstance(profile, ModelProfile):
+                raise PluginError(f"plugin {plugin!r}: register() got {type(profile).__name__}, not a ModelProfile",
+                                  plugin)
             try:
-                self._call(plugin, "infercast_register_profiles", function, argnames, register=found.append)
-                for profile in found:
-                    if not isinstance(profile, ModelProfile):
-                        raise ProfileError("model_type", f"register() got {type(profile).__name__}, not a ModelProfile")
-                    profile.validate()
-                    other = profiles.get(profile.model_type)
-                    if other is not None:
-                        raise PluginError(
-                            f"model_type {profile.model_type!r} is claimed by both plugin {other.plugin!r} "
-                            f"and plugin {plugin!r}; block one with {DISABLE_ENV}={plugin}"
-                        )
-            except InfercastError as exc:
-                if isinstance(exc, ProfileError):
-                    exc = PluginError(f"plugin {plugin!r}: {exc}")
-                return plugin, exc
-            for profile in found:
-                profiles[profile.model_type] = RegisteredProfile(profile, plugin)
+                profile.validate()
+            except ProfileError as exc:
+                raise PluginError(f"plugin {plugin!r}: {exc}", plugin) from exc
+            other = profiles.get(profile.model_type)
+            if other is not None:
+                raise PluginError(f"model_type {profile.model_type!r} is claimed by both plugin {other.plugin!r} "
+                                  f"and plugin {plugin!r}; block one with {DISABLE_ENV}={plugin}", plugin)
+            profiles[profile.model_type] = RegisteredProfile(profile, plugin)
         builders: dict[tuple[str, str], tuple[Callable[..., Any], str]] = {}
-        for plugin, function, argnames in self._impls("infercast_register_sim_layers", registration_order=True):
-            found_builders: list[tuple[str, str, Callable[..., Any]]] = []
-            try:
-                self._call(plugin, "infercast_register_sim_layers", function, argnames,
-                           register=lambda role, key, builder: found_builders.append((role, key, builder)))
-                for role, key, builder in found_builders:
-                    if role not in SIM_LAYER_ROLES:
-                        raise PluginError(f"plugin {plugin!r}: simulator layer role {role!r} is not one of "
-                                          f"{', '.join(SIM_LAYER_ROLES)}")
-                    if not callable(builder):
-                        raise PluginError(f"plugin {plugin!r}: the {role} builder for {key!r} is not callable")
-                    if role in MODEL_TYPE_ROLES and key != "default":
-                        owner = profiles.get(key)
-                        if owner is None or owner.plugin != plugin:
-                            raise PluginError(
-                                f"plugin {plugin!r} registers a {role} builder for model_type {key!r}, which it does "
-                                f"not own ({'owned by ' + repr(owner.plugin) if owner else 'no profile'}); an adapter "
-                                f"registers builders only for the model types it registers profiles for")
-                    if (role, key) in builders:
-                        raise PluginError(f"the {role} builder for {key!r} is registered by both plugin "
-                                          f"{builders[(role, key)][1]!r} and plugin {plugin!r}")
-            except InfercastError as exc:
-                return plugin, exc
-            for role, key, builder in found_builders:
-                builders[(role, key)] = (builder, plugin)
+        for plugin, (role, key, builder) in self._gather("infercast_register_sim_layers"):
+            if role not in SIM_LAYER_ROLES:
+                raise PluginError(f"plugin {plugin!r}: simulator layer role {role!r} is not one of "
+                                  f"{', '.join(SIM_LAYER_ROLES)}", plugin)
+            if not callable(builder):
+                raise PluginError(f"plugin {plugin!r}: the {role} builder for {key!r} is not callable", plugin)
+            if role in MODEL_TYPE_ROLES and key != "default":
+                owner = profiles.get(key)
+                if owner is None or owner.plugin != plugin:
+                    raise PluginError(
+                        f"plugin {plugin!r} registers a {role} builder for model_type {key!r}, which it does "
+                        f"not own ({'owned by ' + repr(owner.plugin) if owner else 'no profile'}); an adapter "
+                        f"registers builders only for the model types it registers profiles for", plugin)
+            if (role, key) in builders:
+                raise PluginError(f"the {role} builder for {key!r} is registered by both plugin "
+                                  f"{builders[(role, key)][1]!r} and plugin {plugin!r}", plugin)
+            builders[(role, key)] = (builder, plugin)
         catalogs: dict[str, list] = {}
         for hook, kind in (("infercast_register_models", ModelRef), ("infercast_register_speculative", SpecOption)):
             entries: list = []
-            for plugin, function, argnames in self._impls(hook, registration_order=True):
-                found_entries: list = []
+            for plugin, (entry,) in self._gather(hook):
+                if not isinstance(entry, kind):
+                    raise PluginError(f"plugin {plugin!r}: {hook} got {type(entry).__name__}, not a {kind.__name__}",
+                                      plugin)
                 try:
-                    self._call(plugin, hook, function, argnames, register=found_entries.append)
-                    for entry in found_entries:
-                        if not isinstance(entry, kind):
-                            raise PluginError(f"plugin {plugin!r}: {hook} got {type(entry).__name__}, not a "
-                                              f"{kind.__name__}")
-                        try:
-                            entry.validate()
-                        except ProfileError as exc:
-                            raise PluginError(f"plugin {plugin!r}: {kind.__name__} {exc}") from exc
-                        owner = profiles.get(entry.model_type)
-                        if owner is None or owner.plugin != plugin:
-                            raise PluginError(
-                                f"plugin {plugin!r} registers a {kind.__name__} for model_type {entry.model_type!r}, "
-                                f"which it does not own; an adapter names only its own model types")
-                except InfercastError as exc:
-                    return plugin, exc
-                entries += [(entry, plugin) for entry in found_entries]
+                    entry.validate()
+                except ProfileError as exc:
+                    raise PluginError(f"plugin {plugin!r}: {kind.__name__} {exc}", plugin) from exc
+                owner = profiles.get(entry.model_type)
+                if owner is None or owner.plugin != plugin:
+                    raise PluginError(f"plugin {plugin!r} registers a {kind.__name__} for model_type "
+                                      f"{entry.model_type!r}, which it does not own; an adapter names only its own "
+                                      f"model types", plugin)
+                entries.append((entry, plugin))
             catalogs[hook] = entries
-        self._profiles, self._sim_layers = profiles, builders
+        self._sim_layers = builders
         self._models, self._speculative = catalogs["infercast_register_models"], catalogs["infercast_register_speculative"]
-        return None
+        self._profiles = profiles
 
     def profiles(self) -> dict[str, RegisteredProfile]:
         """Every registered profile by model_type, with the plugin that provides it."""
@@ -303,89 +370,110 @@ class AdapterManager:
         return [option for option, _ in self._speculative if model_type is None or option.model_type == model_type]
 
     def draft_layers(self) -> dict[str, type]:
-        """EAGLE3 draft decoder-layer classes by draft architecture (``architectures[0]``). Collected on first use,
-        not at start-up: registering a layer class imports model code."""
-        self._collect()
+        """EAGLE3 draft decoder-layer classes by draft architecture (``architectures[0]``).
+        Collected on first use, not at start-up: registering a layer class imports model code."""
         while self._draft_layers is None:
-            failed = self._try_collect_draft_layers()
-            if failed is not None:
-                name, exc = failed
-                dist, version = self._origins.get(name, (None, None))
-                self.unregister(name)
-                self._fail(name, dist, version, exc)
-                self._collect()
+            layers: dict[str, tuple[type, str]] = {}
+            for plugin, (architecture, cls) in self.registrations("infercast_register_draft_layers"):
+                if not isinstance(cls, type):
+                    error = PluginError(f"plugin {plugin!r}: draft layer for {architecture!r} is {cls!r}, not a class",
+                                        plugin)
+                elif architecture in layers:
+                    error = PluginError(f"draft layer for architecture {architecture!r} is registered by both plugin "
+                                        f"{layers[architecture][1]!r} and plugin {plugin!r}", plugin)
+                else:
+                    layers[architecture] = (cls, plugin)
+                    continue
+                self.disable(error)
+                break
+            else:
+                self._draft_layers = layers
         return {architecture: cls for architecture, (cls, _) in self._draft_layers.items()}
-
-    def _try_collect_draft_layers(self) -> tuple[str, BaseException] | None:
-        layers: dict[str, tuple[type, str]] = {}
-        for plugin, function, argnames in self._impls("infercast_register_draft_layers", registration_order=True):
-            found_layers: list[tuple[str, type]] = []
-            try:
-                self._call(
-                    plugin, "infercast_register_draft_layers", function, argnames,
-                    register=lambda architecture, cls: found_layers.append((architecture, cls)),
-                )
-                for architecture, cls in found_layers:
-                    if not isinstance(cls, type):
-                        raise PluginError(f"plugin {plugin!r}: draft layer for {architecture!r} is {cls!r}, not a class")
-                    if architecture in layers:
-                        raise PluginError(
-                            f"draft layer for architecture {architecture!r} is registered by both plugin "
-                            f"{layers[architecture][1]!r} and plugin {plugin!r}"
-                        )
-            except InfercastError as exc:
-                return plugin, exc
-            for architecture, cls in found_layers:
-                layers[architecture] = (cls, plugin)
-        self._draft_layers = layers
-        return None
 
     # --------------------------------------------------------------------- per-model hooks
 
     def resolve_config(self, model_ref: str) -> PretrainedConfig | None:
-        """The first plugin's config for ``model_ref``, or None when no plugin knows it."""
+        """The first plugin's config for ``model_ref`` (last registered asked first), or None
+        when no plugin knows it."""
         self._collect()
-        for plugin, function, argnames in self._impls("infercast_resolve_config"):
-            result = self._call(plugin, "infercast_resolve_config", function, argnames, model_ref=model_ref)
-            if result is not None:
-                return result
-        return None
+        return self._hook("infercast_resolve_config", model_ref=model_ref)[0]
 
     def eagle3_capture_rule(self, target_model_type: str) -> str | None:
         """The first plugin's EAGLE3 capture rule for ``target_model_type`` (a key of
         :data:`~infercast_adapters.hookspecs.EAGLE3_CAPTURE_RULES`), or None when no plugin
         owns the target."""
         self._collect()
-        for plugin, function, argnames in self._impls("infercast_eagle3_capture_rule"):
-            result = self._call(plugin, "infercast_eagle3_capture_rule", function, argnames,
-                                target_model_type=target_model_type)
-            if result is None:
-                continue
-            if result not in hookspecs.EAGLE3_CAPTURE_RULES:
-                raise PluginError(f"plugin {plugin!r}: infercast_eagle3_capture_rule({target_model_type!r}) returned "
-                                  f"{result!r}; valid: {', '.join(hookspecs.EAGLE3_CAPTURE_RULES)}")
-            return result
-        return None
+        result, answers = self._hook("infercast_eagle3_capture_rule", target_model_type=target_model_type)
+        if result is not None and result not in hookspecs.EAGLE3_CAPTURE_RULES:
+            plugin = next((name for name, answer in answers if answer is result), "?")
+            raise PluginError(f"plugin {plugin!r}: infercast_eagle3_capture_rule({target_model_type!r}) returned "
+                              f"{result!r}; valid: {', '.join(hookspecs.EAGLE3_CAPTURE_RULES)}", plugin)
+        return result
 
     def patch_config(self, config: PretrainedConfig) -> None:
         """Phase 1: let every plugin normalise ``config`` in place."""
         self._collect()
-        for plugin, function, argnames in self._impls("infercast_patch_config"):
-            self._call(plugin, "infercast_patch_config", function, argnames, config=config)
+        self._hook("infercast_patch_config", config=config)
 
     def class_patches(self, config: PretrainedConfig) -> list[Patch]:
         """Phase 2: every plugin's reversible class patches for ``config``."""
         from infercast_adapters.patching import Patch
 
         self._collect()
+        results, answers = self._hook("infercast_class_patches", config=config)
         patches: list[Patch] = []
-        for plugin, function, argnames in self._impls("infercast_class_patches"):
-            result = self._call(plugin, "infercast_class_patches", function, argnames, config=config)
+        for result in results:
             for patch in result or ():
                 if not isinstance(patch, Patch):
-                    raise PluginError(f"plugin {plugin!r}: infercast_class_patches returned {patch!r}, not a Patch")
+                    plugin = next((name for name, answer in answers if answer is result), "?")
+                    raise PluginError(f"plugin {plugin!r}: infercast_class_patches returned {patch!r}, not a Patch",
+                                      plugin)
                 patches.append(patch)
         return patches
+
+    # --------------------------------------------------------------------- dry run
+
+    def dry_run(self) -> dict[str, list[str]]:
+        """Run every plugin's hooks once, as a command would, without stopping at a failure:
+        the register hooks (the consumer's too), then for one model reference of each model
+        type a plugin names: resolve_config, patch_config, class_patches and the EAGLE3
+        capture rule. Returns the failures by plugin ("hook: error")."""
+        import copy
+
+        failed: dict[str, list[str]] = {}
+
+        def note(exc: InfercastError, default: str, hook: str) -> None:
+            plugin = getattr(exc, "plugin", None) or default
+            failed.setdefault(plugin, []).append(f"{hook}: {exc}")
+
+        before = set(self._failures)
+        for caller_name in sorted(name for name in dir(self._pm.hook) if name.startswith("infercast_register_")):
+            if caller_name == "infercast_register_draft_layers":
+                self.draft_layers()
+            else:
+                self.registrations(caller_name)
+        for name in set(self._failures) - before:
+            failed.setdefault(name, []).append(self._failures[name].error or "failed")
+        seen: set[str] = set()
+        for ref, plugin in self.models():
+            if ref.model_type in seen:
+                continue
+            seen.add(ref.model_type)
+            hook = "infercast_resolve_config"
+            try:
+                config = self.resolve_config(ref.ref)
+                if config is None:
+                    raise PluginError(f"{ref.ref!r}, which it names, resolves to nothing offline", plugin)
+                config = copy.deepcopy(config)
+                hook = "infercast_patch_config"
+                self.patch_config(config)
+                hook = "infercast_class_patches"
+                self.class_patches(config)
+                hook = "infercast_eagle3_capture_rule"
+                self.eagle3_capture_rule(ref.model_type)
+            except InfercastError as exc:
+                note(exc, plugin, f"{hook}({ref.ref})")
+        return failed
 
 
 def load_default_manager() -> AdapterManager:

@@ -22,20 +22,43 @@ PIPED_WIDTH = 160
 
 
 def _cmd_plugins(args: argparse.Namespace, console: Console) -> int:
-    from infercast.plugins import get_manager
+    from infercast.plugins import devices_from, get_manager
 
-    infos = get_manager().plugins()
+    manager = get_manager()
+    devices_from(manager)
+    dry_run = manager.dry_run()
+    infos = manager.plugins()
     if args.json:
-        print(json.dumps([info.to_dict() for info in infos], indent=2))
+        print(json.dumps([{**info.to_dict(), "dry_run_failures": dry_run.get(info.name, [])} for info in infos],
+                         indent=2))
         return 0
-    table = Table(title="infercast plugins")
-    for column in ("name", "distribution", "version", "hooks / error"):
+    table = Table(title="infercast plugins (each plugin's hooks run once, dry)")
+    for column in ("name", "distribution", "version", "hooks", "dry run"):
         table.add_column(column, overflow="fold")
     for info in infos:
-        detail = f"[red]failed: {info.error}[/red]" if info.error else ", ".join(info.hooks)
-        table.add_row(info.name, info.distribution or "-", info.version or "-", detail)
+        failures = dry_run.get(info.name, [])
+        if info.error:
+            status = f"[red]skipped: {escape(info.error)}[/red]"
+        elif failures:
+            status = "[red]" + escape("; ".join(failures)) + "[/red]"
+        else:
+            status = "[green]ok[/green]"
+        table.add_row(info.name, info.distribution or "-", info.version or "-", ", ".join(info.hooks) or "-", status)
     console.print(table)
+    if any(info.error for info in infos) or dry_run:
+        console.print("A plugin can be left out with INFERCAST_DISABLE_PLUGINS=name[,name...].")
     return 0
+
+
+def _warn_about_skipped_plugins() -> None:
+    """One line on stderr per plugin that was skipped during this command (if plugins were loaded)."""
+    plugins = sys.modules.get("infercast.plugins")
+    if plugins is None or not plugins.get_manager.cache_info().currsize:
+        return
+    stderr = Console(stderr=True)
+    for info in plugins.get_manager().failures():
+        stderr.print(f"[yellow]warning:[/yellow] plugin {escape(info.name)!s} skipped: {escape(info.error or '')} "
+                     f"(`infercast plugins` shows every plugin)", highlight=False, soft_wrap=True)
 
 
 def _cmd_models(args: argparse.Namespace, console: Console) -> int:
@@ -436,6 +459,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         Console(stderr=True).print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False, markup=True,
                                    soft_wrap=True)
         return EXIT_USAGE
+    finally:
+        if args.command != "plugins":
+            _warn_about_skipped_plugins()
 
 
 if __name__ == "__main__":

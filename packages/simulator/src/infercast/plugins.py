@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import functools
 
+from infercast_adapters import InfercastError, PluginError
 from infercast_adapters.manager import AdapterManager
 
 from infercast import __version__, builtin_models, hookspecs
-from infercast.devices import DeviceRegistry
+from infercast.devices import DeviceRegistry, DeviceSpec
 
 BUILTIN_PLUGINS = ((builtin_models.PLUGIN_NAME, builtin_models),)
 
@@ -29,9 +30,24 @@ def get_manager() -> AdapterManager:
 
 
 def devices_from(manager: AdapterManager) -> DeviceRegistry:
-    registry = DeviceRegistry()
-    manager.pluggy_manager.hook.infercast_register_devices(register=registry.add)
-    return registry
+    """Every plugin's devices; a plugin whose hook fails or whose device is not a DeviceSpec
+    or repeats a name is skipped (recorded in ``manager.failures()``) with its devices."""
+    while True:
+        registry = DeviceRegistry()
+        try:
+            for plugin, (device,) in manager.registrations("infercast_register_devices"):
+                if not isinstance(device, DeviceSpec):
+                    raise PluginError(f"plugin {plugin!r}: infercast_register_devices got {type(device).__name__}, "
+                                      f"not a DeviceSpec", plugin)
+                try:
+                    registry.add(device)
+                except InfercastError as exc:
+                    raise PluginError(f"plugin {plugin!r}: {exc}", plugin) from exc
+            return registry
+        except PluginError as exc:
+            if exc.plugin is None:
+                raise
+            manager.disable(exc)
 
 
 def get_devices() -> DeviceRegistry:

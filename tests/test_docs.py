@@ -38,6 +38,7 @@ def test_the_hooks_in_calling_order() -> None:
         "infercast_register_sim_layers",
         "infercast_register_models",
         "infercast_register_speculative",
+        "infercast_register_config_aliases",
         "infercast_resolve_config",
         "infercast_patch_config",
         "infercast_class_patches",
@@ -61,6 +62,27 @@ def test_hook_docstring_names_every_parameter_and_the_return(name: str) -> None:
     assert ":return:" in doc
     firstresult = fn.infercast_spec.get("firstresult", False)
     assert ("Stops at the first non-None result" in doc) == firstresult
+
+
+def test_every_hook_is_called_through_the_manager() -> None:
+    """Each hook reaches pluggy's hook caller from one of the manager's public methods, so
+    wrappers and monitoring see every call (no implementation is called behind pluggy's back)."""
+    from infercast_adapters.manager import AdapterManager
+
+    from infercast.plugins import devices_from
+
+    called: list[str] = []
+    manager = AdapterManager()
+    manager.add_hookspecs(simulator_hookspecs)
+    manager.pluggy_manager.add_hookcall_monitoring(lambda name, impls, kwargs: called.append(name),
+                                                   lambda outcome, name, impls, kwargs: None)
+    config = manager.resolve_config("anything")
+    manager.patch_config(config)
+    manager.class_patches(config)
+    manager.eagle3_capture_rule("llama")
+    manager.draft_layers()
+    devices_from(manager)
+    assert sorted(set(called)) == sorted(SPEC_MODULES)
 
 
 @pytest.mark.parametrize("name", list(SPEC_MODULES))

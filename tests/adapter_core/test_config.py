@@ -36,9 +36,27 @@ def test_users_dict_and_file_are_not_changed(tmp_path: Path) -> None:
     assert file.read_text() == before
 
 
-def test_remote_model_type_with_native_alias_loads_natively(tmp_path: Path) -> None:
+def test_remote_model_type_with_an_adapter_alias_loads_natively(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kimi_k2`` is no name adapter-core knows: the alias comes from a plugin's
+    infercast_register_config_aliases, and without it the type is refused by name."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from infercast_adapters import hookimpl
+    from infercast_adapters.manager import AdapterManager
+
+    monkeypatch.delitem(CONFIG_MAPPING._extra_content, "kimi_k2", raising=False)  # as sglang's glue may add it
+
+    class Aliases:
+        @hookimpl
+        def infercast_register_config_aliases(self, register):
+            register("kimi_k2", "deepseek_v3")
+
     file = write(tmp_path / "config.json", {"model_type": "kimi_k2", "n_routed_experts": 384, "hidden_size": 7168})
-    config = load_config(str(file))
+    with pytest.raises(ConfigError, match="model_type 'kimi_k2' is not implemented"):
+        load_config(str(file))
+    manager = AdapterManager()
+    manager.register(Aliases(), "aliases")
+    config = load_config(str(file), manager=manager)
     assert isinstance(config, DeepseekV3Config)
     assert config.n_routed_experts == 384
 
@@ -104,7 +122,7 @@ def test_hub_flow_retries_with_remote_code_then_reloads_natively(monkeypatch: py
 
     monkeypatch.setattr("transformers.AutoConfig.from_pretrained", from_pretrained)
     monkeypatch.setattr(config_module, "hub_unreachable", lambda: None)
-    config = config_module.load_hub_config("moonshotai/Kimi-K2-Instruct")
+    config = config_module.load_hub_config("moonshotai/Kimi-K2-Instruct", {"kimi_k2": "deepseek_v3"})
     assert calls == [False, True]
     assert isinstance(config, DeepseekV3Config) and config.n_routed_experts == 384
 

@@ -9,7 +9,12 @@ import pytest
 import torch
 from infercast_adapters import ConfigError
 from infercast_eagle3.checkpoint import load_weights, save_weights
-from infercast_eagle3.config import ADD_ONE, ADD_ONE_IF_FIRST_IS_ONE, from_transformers, target_capture_rule
+from infercast_eagle3.config import (
+    ADD_ONE,
+    ADD_ONE_IF_FIRST_IS_ONE,
+    from_transformers,
+    target_capture_rule,
+)
 from infercast_eagle3.layers import LlamaDraftLayer
 from infercast_eagle3.loop import (
     DraftInput,
@@ -20,15 +25,14 @@ from infercast_eagle3.loop import (
     speculative_generate,
 )
 from infercast_eagle3.model import Eagle3Draft, build_draft
-from infercast_kimi_k25 import eagle3
+from infercast_kimi_k25.architecture import kimi_k25_config
 from infercast_kimi_k25.eagle3 import (
     Eagle3DeepseekV2ForCausalLM,
     MLADraftLayer,
     eagle3_mla_config,
 )
-from infercast_kimi_k25.architecture import kimi_k25_config
 from safetensors.torch import load_file, save_file
-from transformers import AutoConfig, AutoModelForCausalLM, DeepseekV3Config, LlamaConfig
+from transformers import AutoModelForCausalLM, DeepseekV3Config, LlamaConfig
 
 from ..grids import grid
 
@@ -92,11 +96,16 @@ def test_a_llama_style_draft_for_kimi_is_a_llama_layer(kimi_manager) -> None:
     assert type(draft.layers[0]) is LlamaDraftLayer and type(draft) is Eagle3Draft
 
 
-def test_kimi_k2_is_a_deepseek_v3_config_alias_for_auto_config(kimi_manager, tmp_path) -> None:
-    kimi_manager.draft_layers()  # start-up registers the alias
+def test_kimi_k2_is_read_as_deepseek_v3_through_the_adapters_alias(kimi_manager, tmp_path) -> None:
+    from infercast_adapters.config import load_config
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    assert kimi_manager.config_aliases() == {"kimi_k2": "deepseek_v3"}
+    kimi_manager.draft_layers()
+    assert "kimi_k2" not in CONFIG_MAPPING._extra_content  # no AutoConfig registration as a side effect
     (tmp_path / "config.json").write_text(json.dumps(tiny_mla_config().to_dict()))
-    config = AutoConfig.from_pretrained(tmp_path)
-    assert type(config) is eagle3.KimiK2Config and isinstance(config, DeepseekV3Config)
+    config = load_config(str(tmp_path), manager=kimi_manager)
+    assert type(config) is DeepseekV3Config
     assert config.architectures == ["Eagle3DeepseekV2ForCausalLM"] and config.q_lora_rank == 24
     assert config.eagle_config == {} and config.draft_vocab_size == VOCAB
 

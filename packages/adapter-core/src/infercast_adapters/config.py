@@ -7,8 +7,9 @@ The order follows the TensorCast configuration flow:
    bundled architectures work offline;
 3. a hub id through transformers ``AutoConfig``, where a hub is reachable;
 4. when the native load fails, a retry with ``trust_remote_code=True``;
-5. when the remote config reports a model_type transformers implements natively
-   (``kimi_k2`` is ``deepseek_v3``), a native reload of the same values.
+5. when the remote config reports a model_type transformers implements natively, or one an
+   adapter names as an alias of a native type (:func:`~infercast_adapters.hookspecs.infercast_register_config_aliases`),
+   a native reload of the same values.
 
 ``num_hidden_layers_override`` then shortens the language model.
 """
@@ -17,7 +18,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from infercast_adapters.errors import ConfigError
 
@@ -26,28 +28,25 @@ if TYPE_CHECKING:
 
     from infercast_adapters.manager import AdapterManager
 
-NATIVE_ALIASES: dict[str, str] = {
-    "kimi_k2": "deepseek_v3",  # Kimi-K2's remote code is DeepSeek-V3 under another name
-}
-"""Remote-code model types whose architecture transformers ships under another name."""
-
-
 def _config_mapping() -> Any:
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     return CONFIG_MAPPING
 
 
-def native_model_type(model_type: str | None) -> str | None:
-    """The transformers-native model_type for ``model_type``, or None when there is none."""
+def native_model_type(model_type: str | None, aliases: Mapping[str, str] = {}) -> str | None:
+    """The transformers-native model_type for ``model_type`` (through the adapters' ``aliases``),
+    or None when there is none."""
     if not isinstance(model_type, str):
         return None
-    model_type = NATIVE_ALIASES.get(model_type, model_type)
+    model_type = aliases.get(model_type, model_type)
     return model_type if model_type in _config_mapping() else None
 
 
-def config_from_dict(values: dict[str, Any], *, source: str = "config") -> PretrainedConfig:
-    """Build a native transformers config from a ``config.json`` dictionary.
+def config_from_dict(values: dict[str, Any], *, source: str = "config",
+                     aliases: Mapping[str, str] = {}) -> PretrainedConfig:
+    """Build a native transformers config from a ``config.json`` dictionary, reading a
+    model_type in ``aliases`` as its native type.
 
     The user's dictionary is copied, never modified.
     """
@@ -56,7 +55,7 @@ def config_from_dict(values: dict[str, Any], *, source: str = "config") -> Pretr
         raise ConfigError(f"{source}: no 'model_type' field; a transformers config.json names its model_type")
     if not isinstance(model_type, str):
         raise ConfigError(f"{source}: model_type must be a string, got {type(model_type).__name__} {model_type!r}")
-    native = native_model_type(model_type)
+    native = native_model_type(model_type, aliases)
     if native is None:
         raise ConfigError(
             f"{source}: model_type {model_type!r} is not implemented by the installed transformers "
@@ -89,8 +88,9 @@ def _looks_like_path(model_ref: str) -> bool:
     return model_ref.endswith(".json") or model_ref.startswith((".", "/", "~")) or Path(model_ref).exists()
 
 
-def load_local_config(path: str | Path) -> PretrainedConfig:
-    """Load a ``config.json`` file, or the one in a model directory."""
+def load_local_config(path: str | Path, aliases: Mapping[str, str] = {}) -> PretrainedConfig:
+    """Load a ``config.json`` file, or the one in a model directory (``aliases``: see
+    :func:`config_from_dict`)."""
     path = Path(path).expanduser()
     if not path.exists():
         raise ConfigError(f"no such file or directory: {path}")
@@ -101,22 +101,22 @@ def load_local_config(path: str | Path) -> PretrainedConfig:
         raise ConfigError(f"{path} is not a regular file (a device or a pipe?); pass a config.json or a model directory")
     values = _read_json(file)
     model_type = values.get("model_type")
-    if isinstance(model_type, str) and native_model_type(model_type) is None and "auto_map" in values and path.is_dir():
+    if isinstance(model_type, str) and native_model_type(model_type, aliases) is None and "auto_map" in values and path.is_dir():
         from transformers import AutoConfig
 
         try:
             remote = AutoConfig.from_pretrained(str(path), trust_remote_code=True)
         except Exception as exc:  # the directory's own code: any error it raises
             raise ConfigError(f"{path}: its auto_map code could not load the config ({type(exc).__name__}: {exc})") from exc
-        return _native_reload(remote) or remote
-    return config_from_dict(values, source=str(file))
+        return _native_reload(remote, aliases) or remote
+    return config_from_dict(values, source=str(file), aliases=aliases)
 
 
-def _native_reload(config: PretrainedConfig) -> PretrainedConfig | None:
-    native = native_model_type(getattr(config, "model_type", None))
+def _native_reload(config: PretrainedConfig, aliases: Mapping[str, str]) -> PretrainedConfig | None:
+    native = native_model_type(getattr(config, "model_type", None), aliases)
     if native is None:
         return None
-    return config_from_dict(config.to_dict(), source=f"remote config {config.model_type!r}")
+    return config_from_dict(config.to_dict(), source=f"remote config {config.model_type!r}", aliases=aliases)
 
 
 HUB_PROBE_TIMEOUT_S = 3.0
@@ -142,7 +142,7 @@ def hub_unreachable() -> str | None:
     return None
 
 
-def load_hub_config(model_ref: str) -> PretrainedConfig:
+def load_hub_config(model_ref: str, aliases: Mapping[str, str] = {}) -> PretrainedConfig:
     """Load from the hub: natively, else with remote code, reloading natively when possible."""
     why = hub_unreachable()
     if why is not None:
@@ -159,7 +159,7 @@ def load_hub_config(model_ref: str) -> PretrainedConfig:
                 f"{model_ref}: transformers could not load the config natively ({native_error}) "
                 f"nor with trust_remote_code ({exc})"
             ) from exc
-        return _native_reload(remote) or remote
+        return _native_reload(remote, aliases) or remote
 
 
 def apply_num_hidden_layers_override(config: PretrainedConfig, num_hidden_layers: int) -> None:
@@ -197,13 +197,14 @@ def load_config(
     """
     if not isinstance(model_ref, str) or not model_ref.strip():
         raise ConfigError("no model given: pass a hub id, an alias, or a path to a config.json or model directory")
+    aliases = manager.config_aliases() if manager is not None else {}
     if _looks_like_path(model_ref):
-        config = load_local_config(model_ref)
+        config = load_local_config(model_ref, aliases)
     else:
         config = manager.resolve_config(model_ref) if manager is not None else None
         if config is None:
             try:
-                config = load_hub_config(model_ref)
+                config = load_hub_config(model_ref, aliases)
             except OSError as exc:
                 raise ConfigError(_unknown_model_message(model_ref, manager, known_models, exc)) from exc
     if num_hidden_layers_override is not None:

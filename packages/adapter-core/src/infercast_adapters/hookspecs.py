@@ -115,6 +115,21 @@ def infercast_register_speculative(register: Callable[[SpecOption], None]) -> No
     """
 
 
+@hookspec
+def infercast_register_config_aliases(register: Callable[[str, str], None]) -> None:
+    """Name remote-code model types whose architecture transformers ships natively under
+    another model_type (Kimi-K2's ``kimi_k2`` is ``deepseek_v3``).
+
+    Called once at start-up; it only names things. The config loader reads a ``config.json``
+    (or a hub config) of such a type as the native config class, with the same values, so no
+    remote code runs and nothing is registered with ``AutoConfig``. An alias registered by two
+    plugins for different native types is an error naming both.
+
+    :param register: call ``register(model_type, native_model_type)`` once per alias.
+    :return: nothing; aliases go through ``register``.
+    """
+
+
 # -------------------------------------------------------------------------------------------
 # per model: resolve, then patch
 

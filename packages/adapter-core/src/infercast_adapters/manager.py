@@ -83,6 +83,7 @@ class AdapterManager:
         self._sim_layers: dict[tuple[str, str], tuple[Callable[..., Any], str]] | None = None
         self._models: list[tuple[ModelRef, str]] | None = None
         self._speculative: list[tuple[SpecOption, str]] | None = None
+        self._aliases: dict[str, tuple[str, str]] | None = None
         self._current: str | None = None
         """The plugin whose hook implementation is running (set by the guard of each)."""
         self._answers: list[tuple[str, Any]] = []
@@ -150,6 +151,7 @@ class AdapterManager:
         self._sim_layers = None
         self._models = None
         self._speculative = None
+        self._aliases = None
 
     # --------------------------------------------------------------------- introspection
 
@@ -332,6 +334,17 @@ class AdapterManager:
                                       f"model types", plugin)
                 entries.append((entry, plugin))
             catalogs[hook] = entries
+        aliases: dict[str, tuple[str, str]] = {}
+        for plugin, (model_type, native) in self._gather("infercast_register_config_aliases"):
+            if not (isinstance(model_type, str) and isinstance(native, str) and model_type and native):
+                raise PluginError(f"plugin {plugin!r}: infercast_register_config_aliases got ({model_type!r}, "
+                                  f"{native!r}); both must be model_type strings", plugin)
+            if model_type in aliases and aliases[model_type][0] != native:
+                other_native, other = aliases[model_type]
+                raise PluginError(f"model_type {model_type!r} is an alias of {other_native!r} for plugin {other!r} "
+                                  f"but of {native!r} for plugin {plugin!r}", plugin)
+            aliases.setdefault(model_type, (native, plugin))
+        self._aliases = aliases
         self._sim_layers = builders
         self._models, self._speculative = catalogs["infercast_register_models"], catalogs["infercast_register_speculative"]
         self._profiles = profiles
@@ -368,6 +381,12 @@ class AdapterManager:
         self._collect()
         assert self._speculative is not None
         return [option for option, _ in self._speculative if model_type is None or option.model_type == model_type]
+
+    def config_aliases(self) -> dict[str, str]:
+        """Remote-code model types read as a native transformers type, by the plugins' say."""
+        self._collect()
+        assert self._aliases is not None
+        return {model_type: native for model_type, (native, _) in self._aliases.items()}
 
     def draft_layers(self) -> dict[str, type]:
         """EAGLE3 draft decoder-layer classes by draft architecture (``architectures[0]``).

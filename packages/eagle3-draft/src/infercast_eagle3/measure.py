@@ -138,16 +138,15 @@ def load_draft(path: str | Path, model, *, manager: Any = None, dtype: torch.dty
     against the target it will serve. As sglang does, it uses the target's embedding (unless
     ``target_hidden_size`` differs from ``hidden_size``) and, without ``draft_vocab_size``, the
     target's lm_head."""
-    from transformers import AutoConfig
+    from infercast_adapters.config import load_local_config
 
     from infercast_eagle3.checkpoint import checkpoint_names, load_weights
 
     manager = _manager(manager)
-    manager.draft_layers()  # adapters register their config aliases (kimi_k2) at start-up
     path = Path(path)
     if not (path / "config.json").is_file():
         raise ConfigError(f"{path}: expected a draft directory with config.json and *.safetensors")
-    config = from_transformers(AutoConfig.from_pretrained(path))
+    config = from_transformers(load_local_config(path, manager.config_aliases() if manager is not None else {}))
     target_config = model.config.get_text_config()
     names = checkpoint_names(path)
     check_fits(config, target_config.hidden_size, target_config.vocab_size, "d2t" in names)

@@ -79,8 +79,12 @@ def infercast_register_speculative(register: Callable[[SpecOption], None]) -> No
 def infercast_register_draft_layers(register: Callable[[str, type], None]) -> None:
     from infercast_kimi_k25 import eagle3
 
-    eagle3.register_kimi_k2_config()
     register(eagle3.ARCHITECTURE, eagle3.MLADraftLayer)
+
+
+@hookimpl
+def infercast_register_config_aliases(register: Callable[[str, str], None]) -> None:
+    register("kimi_k2", "deepseek_v3")  # Kimi-K2's remote code is DeepSeek-V3 under another name
 
 
 @hookimpl

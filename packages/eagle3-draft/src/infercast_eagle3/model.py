@@ -127,8 +127,5 @@ class Eagle3Draft(nn.Module):
 
 def build_draft(config: Eagle3Config, target_model_type: str | None = None, manager: Any = None,
                 embed_tokens: nn.Embedding | None = None, lm_head: nn.Module | None = None) -> Eagle3Draft:
-    """The draft for ``config``; a layer class may name its top-level model (``draft_model``,
-    e.g. Kimi-K2.5's ``Eagle3DeepseekV2ForCausalLM``), else :class:`Eagle3Draft` holds it."""
-    layer_class = draft_layer_class(config, target_model_type, manager)
-    model_class = getattr(layer_class, "draft_model", Eagle3Draft)
-    return model_class(config, layer_class, embed_tokens, lm_head)
+    """The draft for ``config``: an :class:`Eagle3Draft` around the layer its architecture names."""
+    return Eagle3Draft(config, draft_layer_class(config, target_model_type, manager), embed_tokens, lm_head)

@@ -117,8 +117,6 @@ class Eagle3DeepseekV2ForCausalLM(Eagle3Draft):
         super().__init__(config, layer_class, embed_tokens, lm_head)
 
 
-MLADraftLayer.draft_model = Eagle3DeepseekV2ForCausalLM
-
 
 def eagle3_mla_config(**overrides: Any) -> KimiK2Config:
     """The published MLA draft's config (``lightseekorg/kimi-k2.5-eagle3-mla``), offline.

@@ -5,7 +5,7 @@ import torch
 from transformers import AutoConfig
 
 from infercast_adapters import UnsupportedArchitectureError
-from infercast_adapters.arch import detect_moe_architecture, experts_are_fused, find_decoder_layers
+from infercast_adapters.arch import detect_moe_architecture, experts_are_fused
 
 
 @pytest.mark.parametrize(
@@ -69,20 +69,3 @@ def test_fused_expert_tensors_versus_module_list() -> None:
     assert not experts_are_fused(listed)
     with pytest.raises(UnsupportedArchitectureError):
         experts_are_fused(torch.nn.Identity())
-
-
-def test_find_decoder_layers_through_wrappers() -> None:
-    from transformers import LlamaForCausalLM
-
-    with torch.device("meta"):
-        model = LlamaForCausalLM(tiny("llama"))
-    assert find_decoder_layers(model) is model.model.layers
-
-    class Wrapper(torch.nn.Module):
-        def __init__(self, inner):
-            super().__init__()
-            self.module = inner
-
-    assert find_decoder_layers(Wrapper(Wrapper(model))) is model.model.layers
-    with pytest.raises(UnsupportedArchitectureError, match="no decoder layers"):
-        find_decoder_layers(torch.nn.Linear(2, 2))

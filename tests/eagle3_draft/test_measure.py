@@ -149,6 +149,23 @@ def test_cli_self_check_measures_num_steps_plus_one(checkpoints, capsys) -> None
     assert report["prompts_per_s"] == pytest.approx(3 / report["wall_s"])
 
 
+def test_json_output_is_strict_and_cpu_defaults_to_float32(checkpoints, capsys, monkeypatch) -> None:
+    """No cycle measured (max-new-tokens 2 gives one cycle; a NaN rate would appear for any
+    unmeasured position): the JSON still parses strictly, and the target ran in float32."""
+    from infercast_eagle3 import cli as eagle_cli
+
+    seen = {}
+    real = eagle_cli.load_target
+    monkeypatch.setattr(eagle_cli, "load_target", lambda *a, **kw: seen.setdefault("dtype", kw["dtype"]) and real(*a, **kw))
+    path, _ = checkpoints
+    code, out, _ = run(capsys, "measure", "--target", str(path / "target"), "--self-check", "--prompts",
+                       str(path / "prompts.jsonl"), "--num-steps", "4", "--max-new-tokens", "2", "--device", "cpu",
+                       "--json")
+    assert code == 0 and seen["dtype"] is torch.float32
+    json.loads(out, parse_constant=lambda name: pytest.fail(f"non-standard JSON constant {name}"))
+    assert eagle_cli.strict_json({"a": [float("nan"), 1.5], "b": float("inf")}) == {"a": [None, 1.5], "b": None}
+
+
 def test_cli_measures_a_draft_checkpoint_and_checks_losslessness(checkpoints, capsys) -> None:
     path, _ = checkpoints
     code, out, _ = run(capsys, "measure", "--target", str(path / "target"), "--draft", str(path / "draft"),

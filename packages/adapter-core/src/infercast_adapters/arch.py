@@ -154,24 +154,3 @@ def experts_are_fused(experts: Any) -> bool:
     )
 
 
-_WRAPPERS = ("model", "language_model", "base_model", "module", "transformer", "decoder")
-
-
-def find_decoder_layers(model: Any, max_depth: int = 4) -> Any:
-    """The decoder-layer container of ``model``, looking through the usual wrappers
-    (``model``, ``language_model``, ``base_model``, ``module``)."""
-    frontier = [("", model)]
-    for _ in range(max_depth + 1):
-        next_frontier = []
-        for path, obj in frontier:
-            layers = getattr(obj, "layers", None)
-            if layers is not None and hasattr(layers, "__len__") and len(layers) > 0:
-                return layers
-            for name in _WRAPPERS:
-                child = getattr(obj, name, None)
-                if child is not None and child is not obj:
-                    next_frontier.append((f"{path}.{name}".lstrip("."), child))
-        frontier = next_frontier
-    raise UnsupportedArchitectureError(
-        f"{type(model).__name__}: no decoder layers found under {', '.join(_WRAPPERS)} (searched {max_depth} levels)"
-    )

@@ -8,6 +8,7 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from infercast_adapters import InfercastError
@@ -58,7 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-draft-tokens", type=_positive, default=None,
                    help="tree tokens verified per cycle (default: num_steps + 1 for a chain, num_steps x topk + 1)")
     p.add_argument("--max-new-tokens", type=_positive, default=64, help="tokens generated per prompt (default 64)")
-    p.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16", help="weights' dtype (default bfloat16)")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default=None,
+                   help="weights' dtype (default: float32 on cpu, where bfloat16 matmuls are slow and round "
+                        "differently from the GPU kernels; bfloat16 elsewhere)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                    help="torch device (default: cuda when available, else cpu)")
     p.add_argument("--check-lossless", action="store_true",
@@ -106,12 +109,24 @@ def read_prompts(args: argparse.Namespace, target_ref: str) -> list[list[int]]:
     return [item if isinstance(item, list) else tokenizer(item)["input_ids"] for item in items]
 
 
+def strict_json(value: Any) -> Any:
+    """``value`` with every non-finite float (no cycle measured: NaN) as null, so the output
+    is JSON that strict parsers accept."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: strict_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(item) for item in value]
+    return value
+
+
 def _cmd_measure(args: argparse.Namespace, console: Console) -> int:
     if args.wrong_from is not None and not args.self_check:
         raise ConfigError("--wrong-from applies to --self-check only")
     settings = SpecSettings(args.num_steps, args.topk, args.num_draft_tokens).validated()
     prompts = read_prompts(args, args.target)
-    dtype = DTYPES[args.dtype]
+    dtype = DTYPES[args.dtype or ("float32" if str(args.device).startswith("cpu") else "bfloat16")]
     model = load_target(args.target, dtype=dtype, device=args.device)
     vocab = model.config.get_text_config().vocab_size
     bad = sorted({t for prompt in prompts for t in prompt if not 0 <= t < vocab})
@@ -128,7 +143,7 @@ def _cmd_measure(args: argparse.Namespace, console: Console) -> int:
         result = measure(model, drafter, prompts, settings, args.max_new_tokens, eos_token_id=eos,
                          check_lossless=args.check_lossless, on_prompt=lambda _: progress.advance(task))
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print(json.dumps(strict_json(result.to_dict()), indent=2, allow_nan=False))
     else:
         print_measurement(result, console)
     return 0 if result.lossless is not False else 1

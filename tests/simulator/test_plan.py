@@ -130,7 +130,9 @@ def test_an_slo_nothing_meets_is_reported_with_the_closest(capsys) -> None:
 @pytest.mark.parametrize("argv, message", [
     (["--num-devices", "eight"], "--num-devices takes a list"),
     (["--tpot-slo-ms", "-3"], "--tpot-slo-ms must be a positive number"),
-    (["--speculative-grid", "s3"], "--speculative-grid needs --speculative-algorithm"),
+    (["--speculative-grid", "s3"], "--speculative-grid: .* has no speculative option its adapter offers"),
+    (["--no-speculative", "--num-mtp-tokens", "2"], "--no-speculative .* cannot go with --num-mtp-tokens"),
+    (["--num-mtp-tokens", "2"], "llama has no MTP layer"),
     (["--speculative-algorithm", "EAGLE3", "--speculative-draft-model", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
       "--accept-length", "2", "--speculative-grid", "3-2-5"], "trees .* need --acceptance-matrix"),
     (["--speculative-algorithm", "EAGLE3", "--speculative-draft-model", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
@@ -151,3 +153,85 @@ def test_the_launch_command_follows_the_engine() -> None:
         assert list(commands)[0] == engine and set(commands) == {"sglang", "vllm", "trtllm"}
     trt = launch_commands(replace(SMALL, engine="trtllm"), config, 8)["trtllm"]
     assert trt[:2] == ["trtllm-serve", SMALL.model] and trt[trt.index("--ep_size") + 1] == "16"
+
+
+# ------------------------------------------------------------------------------ default drafts, fixes
+
+
+def test_kimi_plans_its_eagle3_draft_by_default_and_launches_it(capsys) -> None:
+    """No speculative flag: the Kimi adapter's registered draft is swept (chains s1..s5 beside
+    off); at batch 1, where a step is latency-bound, a draft cycle that yields ~3 tokens wins,
+    so the chosen command launches it and the JSON carries it."""
+    code = main(["plan", "moonshotai/Kimi-K2.5", "--device", "H200", "--num-devices", "8", "--batch-sizes", "1",
+                 "--tpot-slo-ms", "50", "--json"])
+    plan = json.loads(capsys.readouterr().out)
+    assert code == 0
+    options = {c["spec"]["option"] for c in plan["frontier"] if c["spec"]}
+    assert options == {"kimi-k2.5-eagle3-mla"}
+    best = plan["best"]
+    assert best["spec"] is not None and best["accept_length"] > 2
+    sglang = shlex.split(plan["launch"]["sglang"])
+    assert sglang[sglang.index("--speculative-algorithm") + 1] == "EAGLE3"
+    assert sglang[sglang.index("--speculative-draft-model-path") + 1] == "lightseekorg/kimi-k2.5-eagle3-mla"
+    assert sglang[sglang.index("--speculative-num-steps") + 1] == str(best["spec"]["num_steps"])
+    assert any("swept by default: kimi-k2.5-eagle3-mla" in note for note in plan["notes"])
+
+
+def test_no_speculative_sweeps_off_only(capsys) -> None:
+    assert main(["plan", "moonshotai/Kimi-K2.5", "--num-devices", "8", "--batch-sizes", "1", "--no-speculative",
+                 "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    # TP8 and TP8 + EP8 (DP8 needs 8 requests): off only
+    assert plan["configurations_evaluated"] == 2 and all(c["spec"] is None for c in plan["frontier"])
+
+
+def test_num_mtp_tokens_sweeps_that_many_mtp_steps(capsys) -> None:
+    assert main(["plan", "deepseek-ai/DeepSeek-V3", "--num-devices", "8", "--batch-sizes", "1", "--num-mtp-tokens",
+                 "2", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    specs = {(c["spec"]["num_steps"], c["spec"]["num_draft_tokens"]) for c in plan["frontier"] if c["spec"]}
+    assert specs == {(2, 3)}
+    sglang = shlex.split(plan["launch"]["sglang"])
+    if plan["best"]["spec"]:
+        assert sglang[sglang.index("--speculative-algorithm") + 1] == "EAGLE"  # sglang's name for MTP (NEXTN)
+        assert "--speculative-draft-model-path" not in sglang
+
+
+@pytest.mark.parametrize("quantization, sglang_flag, vllm_flag", [
+    ("FP8", ["--quantization", "fp8"], ["--quantization", "fp8"]),  # both engines quantize a 16-bit checkpoint
+    ("W4A16", [], []),  # needs a GPTQ/AWQ checkpoint: no flag, a note
+    (None, [], []),  # the checkpoint's own
+])
+def test_quantization_in_launch_commands_is_a_real_engine_value(quantization, sglang_flag, vllm_flag) -> None:
+    from infercast.plan import launch_notes
+
+    config = Config(Layout(8, 8, 1, 1), quantization, 16, None)
+    sglang, vllm = sglang_command(SMALL, config, 8), vllm_command(SMALL, config)
+    assert ("--quantization" in sglang) == bool(sglang_flag) and ("--quantization" in vllm) == bool(vllm_flag)
+    if sglang_flag:
+        assert sglang[sglang.index("--quantization") + 1] == sglang_flag[1]
+        assert vllm[vllm.index("--quantization") + 1] == vllm_flag[1]
+    notes = launch_notes(SMALL, config)
+    if quantization == "W4A16":
+        assert notes and all("int4 weight-only checkpoint (GPTQ or AWQ" in n for n in notes)
+    else:
+        assert all(quantization and "trtllm" in n for n in notes)  # trtllm-serve takes no online FP8 flag
+
+
+def test_when_nothing_fits_the_closest_are_shown_with_the_reason(capsys) -> None:
+    code = main(["plan", "meta-llama/Llama-3.1-70B-Instruct", "--device", "H100", "--num-devices", "1",
+                 "--batch-sizes", "1,8", "--json"])
+    plan = json.loads(capsys.readouterr().out)
+    assert code == 1 and plan["best"] is None and plan["fits"] == 0
+    assert plan["closest"] and plan["closest"][0]["batch"] == 1  # the smallest memory first
+    (note,) = [n for n in plan["notes"] if n.startswith("nothing fits")]
+    assert f"needs {plan['closest'][0]['memory_gib']:.1f} GiB per device" in note and "GiB is usable" in note
+
+
+def test_the_plot_legend_names_speculation_only_when_swept(tmp_path) -> None:
+    from infercast.plan import plot
+
+    result = Planner(replace(SMALL, speculative=(), spec_grid=None, num_devices=(1,), batches=(1, 16))).run()
+    (png, svg) = plot(result, str(tmp_path / "off"))
+    assert "speculative" not in (tmp_path / "off.svg").read_text()
+    assert png.endswith(".png") and svg.endswith(".svg")

@@ -265,25 +265,43 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
                                  "/plan (PATH.png and PATH.svg are written)")
         check_writable(args.plot + ".png")
     check(UserInput(**request_fields(args, COST_FIELDS)))
-    from infercast.plan import Planner, PlanRequest, launch_commands, plot
+    from infercast.plan import (
+        Planner,
+        PlanRequest,
+        SpecChoice,
+        launch_commands,
+        launch_notes,
+        plot,
+    )
 
-    spec_user = None
-    grid: tuple = ()
-    if args.speculative_algorithm or args.num_mtp_tokens:
-        spec_user = check(UserInput(model=args.model, num_mtp_tokens=args.num_mtp_tokens,
-                                    **{f: getattr(args, f, None) for f in SPEC_FIELDS}))
-        grid = parse_spec_grid(args.speculative_grid)
-        if (args.acceptance_matrix is None) and any(c.topk > 1 for c in grid):
-            raise InfercastError("trees (topk > 1) in --speculative-grid need --acceptance-matrix (depth x rank); "
-                                 "a chain's accept length says nothing about other branches")
-    elif args.speculative_grid != DEFAULT_SPEC_GRID:
-        raise InfercastError("--speculative-grid needs --speculative-algorithm (EAGLE3 with a draft, or MTP)")
+    grid = parse_spec_grid(args.speculative_grid) if args.speculative_grid is not None else None
+    spec_flags = {f: getattr(args, f, None) for f in SPEC_FIELDS}
+    explicit = [flag_name for flag_name, given in (("--speculative-algorithm", args.speculative_algorithm),
+                                                   ("--num-mtp-tokens", args.num_mtp_tokens),
+                                                   ("--speculative-grid", grid is not None)) if given]
+    if args.no_speculative and explicit:
+        raise InfercastError(f"--no-speculative turns speculative decoding off; it cannot go with {explicit[0]}")
+    if args.num_mtp_tokens:
+        if args.speculative_algorithm not in (None, "MTP", "mtp"):
+            raise InfercastError(f"--num-mtp-tokens is MTP; it cannot go with --speculative-algorithm "
+                                 f"{args.speculative_algorithm}")
+        speculative: Any = (check(UserInput(model=args.model, **{**spec_flags, "speculative_algorithm": "MTP"})),)
+        grid = grid or (SpecChoice(args.num_mtp_tokens, 1, args.num_mtp_tokens + 1),)
+    elif args.speculative_algorithm:
+        speculative = (check(UserInput(model=args.model, **spec_flags)),)
+    elif args.no_speculative:
+        speculative = ()
+    else:
+        speculative = None  # the model family's own options, as its adapter offers them
+    if grid and args.acceptance_matrix is None and any(c.topk > 1 for c in grid):
+        raise InfercastError("trees (topk > 1) in --speculative-grid need --acceptance-matrix (depth x rank); "
+                             "a chain's accept length says nothing about other branches")
     quants = tuple(None if q in ("checkpoint", "none", "") else q for q in args.quantization.split(","))
     request = PlanRequest(
         model=args.model, device=args.device, num_devices=parse_device_counts(args.num_devices),
         input_length=args.input_length, output_length=args.output_length, ttft_slo_ms=args.ttft_slo_ms,
         tpot_slo_ms=args.tpot_slo_ms, quantizations=quants, batches=parse_int_list(args.batch_sizes, "--batch-sizes"),
-        kv_cache_dtype=args.kv_cache_dtype, speculative=spec_user, spec_grid=grid,
+        kv_cache_dtype=args.kv_cache_dtype, speculative=speculative, spec_grid=grid,
         **request_fields(args, COST_FIELDS),
     )
     planner = Planner(request)
@@ -291,10 +309,10 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
                   console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("sweep", total=None)
         result = planner.run(lambda done, total: bar.update(task, completed=done, total=total))
-    spec = planner.spec_request
-    launch = {}
+    launch, notes = {}, []
     if result.best is not None:
-        launch = launch_commands(request, result.best, planner.device.devices_per_node, spec)
+        launch = launch_commands(request, result.best, planner.device.devices_per_node, planner.spec_for(result.best))
+        notes = launch_notes(request, result.best)
     plots = plot(result, args.plot) if args.plot else []
     if args.json:
         print(json.dumps({
@@ -305,14 +323,14 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
             "fits": sum(c.fits for c in result.configs), "meets_slo": sum(c.fits and c.meets_slo for c in result.configs),
             "frontier": [c.to_dict() for c in result.frontier], "best": result.best.to_dict() if result.best else None,
             "closest": [c.to_dict() for c in result.closest], "launch": {k: " ".join(v) for k, v in launch.items()},
-            "plots": plots, "notes": result.notes,
+            "launch_notes": notes, "plots": plots, "notes": result.notes,
         }, indent=2))
     else:
-        print_plan(result, launch, plots, console)
+        print_plan(result, launch, plots, console, notes)
     return 0 if result.best is not None else 1
 
 
-def print_plan(result, launch: dict, plots: list[str], console: Console) -> None:
+def print_plan(result, launch: dict, plots: list[str], console: Console, launch_notes: Sequence[str] = ()) -> None:
     import shlex
 
     r = result.request
@@ -346,9 +364,9 @@ def print_plan(result, launch: dict, plots: list[str], console: Console) -> None
     for engine, cmd in launch.items():
         console.print(f"[bold]{engine}[/bold]:")
         console.print(shlex.join(cmd), markup=False, highlight=False, soft_wrap=True)
+    for note in launch_notes:
+        console.print(f"[yellow]note:[/yellow] {escape(note)}", soft_wrap=True)
 
-
-DEFAULT_SPEC_GRID = "s1,s2,s3,s4,s5"
 
 
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
@@ -366,9 +384,13 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-sizes", default=",".join(map(str, (1, 2, 4, 8, 16, 32, 64, 128, 256, 512))),
                    help="concurrent requests to sweep (default 1,2,4,...,512)")
     p.add_argument("--kv-cache-dtype", default="bf16", help="bf16 (default), fp16 or fp8")
-    p.add_argument("--num-mtp-tokens", type=_int, default=0, help="sweep DeepSeek-V3 MTP (same as --speculative-algorithm MTP)")
-    p.add_argument("--speculative-grid", default=DEFAULT_SPEC_GRID,
-                   help=f"speculative settings besides 'off': S-K-N triples or sS chains (default {DEFAULT_SPEC_GRID})")
+    p.add_argument("--num-mtp-tokens", type=_int, default=0,
+                   help="sweep MTP with this many draft steps only (the family's own MTP layers)")
+    p.add_argument("--speculative-grid", default=None,
+                   help="speculative settings besides 'off': S-K-N triples or sS chains (default s1,s2,s3,s4,s5)")
+    p.add_argument("--no-speculative", action="store_true",
+                   help="sweep without speculative decoding (by default the model family's own options are swept: "
+                        "an EAGLE3 draft or MTP layers, as its adapter offers them; `infercast models` lists them)")
     p.add_argument("--plot", default=None, metavar="PATH",
                    help="write the frontier plot to PATH.png and PATH.svg (a path stem, not a folder)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")

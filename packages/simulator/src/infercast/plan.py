@@ -24,14 +24,19 @@ from infercast_adapters.config import load_config
 from infercast.build import BuiltModel, build
 from infercast.devices import GIB, DeviceSpec
 from infercast.layers import KV_DTYPES, SimContext
-from infercast.parallel import Parallel, Workload, validate_layout
 from infercast.memory import MEMORY_FRACTION
+from infercast.parallel import Parallel, Workload, validate_layout
 from infercast.pricing import cost_model_for, phase_of, spec_host_rows
 from infercast.request import UserInput
-from infercast.simulate import _resolve_quant, resolve_profile, routed_experts, speculative_request
-from infercast.validate import check_config
+from infercast.simulate import (
+    _resolve_quant,
+    resolve_profile,
+    routed_experts,
+    speculative_request,
+)
 from infercast.step import price_records, step_time
 from infercast.trace import trace
+from infercast.validate import check_config
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
@@ -49,14 +54,21 @@ class Layout:
 
 @dataclass(frozen=True)
 class SpecChoice:
-    """(s, k, n), or None for no speculation."""
+    """(s, k, n) of one speculative setup (``option``: its label, the acceptance preset's name
+    for a family's registered option); a configuration without speculation has None."""
 
     num_steps: int
     topk: int
     num_draft_tokens: int
+    option: str = ""
 
     def describe(self) -> str:
-        return f"s{self.num_steps} k{self.topk} n{self.num_draft_tokens}"
+        setting = f"s{self.num_steps} k{self.topk} n{self.num_draft_tokens}"
+        return f"{self.option} {setting}" if self.option else setting
+
+
+DEFAULT_SPEC_GRID = tuple(SpecChoice(s, 1, s + 1) for s in range(1, 6))
+"""Chains of 1 to 5 draft steps: what a preset measured as a chain can price."""
 
 
 @dataclass
@@ -95,9 +107,12 @@ class PlanRequest:
     quantizations: tuple[str | None, ...] = (None,)
     batches: tuple[int, ...] = DEFAULT_BATCHES
     kv_cache_dtype: str = "bf16"
-    speculative: UserInput | None = None
-    """Speculative flags (algorithm, draft, acceptance) shared by the grid; None: off only."""
-    spec_grid: tuple[SpecChoice, ...] = ()
+    speculative: UserInput | tuple[UserInput, ...] | None = None
+    """Speculative setups (algorithm, draft, acceptance), each swept over ``spec_grid``; None:
+    the model family's own options that its adapter offers for sweeping (``SpecOption.default``),
+    an empty tuple: no speculation."""
+    spec_grid: tuple[SpecChoice, ...] | None = None
+    """(s, k, n) settings for every setup; None: :data:`DEFAULT_SPEC_GRID`."""
     engine: str = "sglang"
     engine_version: str | None = None
     calibration: str | None = None
@@ -186,14 +201,53 @@ class Planner:
         self._seconds: dict[tuple, float] = {}
         self.traces = 0
         self.acceptance: dict[SpecChoice, tuple[float, str]] = {}
-        self.spec_request = None
-        """The resolved speculative request (draft and acceptance; the same for every grid setting)."""
-        for choice in request.spec_grid:
-            user = replace(request.speculative, speculative_num_steps=choice.num_steps,
-                           speculative_eagle_topk=choice.topk, speculative_num_draft_tokens=choice.num_draft_tokens)
-            spec = speculative_request(user, self.text, self.profile, self.manager)
-            self.acceptance[choice] = (spec.accept_length, spec.acceptance)
-            self.spec_request = spec
+        self.spec_requests: dict[str, Any] = {}
+        """Each speculative setup resolved (draft and acceptance), by its label."""
+        self.spec_grid: list[SpecChoice] = []
+        self.spec_notes: list[str] = []
+        grid = DEFAULT_SPEC_GRID if request.spec_grid is None else request.spec_grid
+        setups = self._speculative_setups()
+        if request.spec_grid and not setups:
+            raise InfercastError(f"--speculative-grid: {request.model} ({self.profile.model_type}) has no speculative "
+                                 f"option its adapter offers for sweeping; give --speculative-algorithm (EAGLE3 with "
+                                 f"--speculative-draft-model, or MTP) and an acceptance")
+        for label, user, offered in setups:
+            try:
+                for choice in grid:
+                    spec = speculative_request(replace(user, speculative_num_steps=choice.num_steps,
+                                                       speculative_eagle_topk=choice.topk,
+                                                       speculative_num_draft_tokens=choice.num_draft_tokens),
+                                               self.text, self.profile, self.manager)
+                    labelled = replace(choice, option=label)
+                    self.acceptance[labelled] = (spec.accept_length, spec.acceptance)
+                    self.spec_requests[label] = spec
+                    self.spec_grid.append(labelled)
+            except InfercastError as exc:
+                if not offered:
+                    raise
+                self.spec_grid = [c for c in self.spec_grid if c.option != label]
+                self.spec_requests.pop(label, None)
+                self.spec_notes.append(f"speculative option {label} left out: {exc}")
+
+    def _speculative_setups(self) -> list[tuple[str, UserInput, bool]]:
+        """(label, flags, offered by the adapter) of every speculative setup to sweep."""
+        given = self.request.speculative
+        if given is None:
+            return [(o.name, UserInput(model=self.request.model, speculative_algorithm=o.algorithm,
+                                       speculative_draft_model=o.draft, acceptance_preset=o.name), True)
+                    for o in self.manager.speculative_options(self.profile.model_type) if o.default]
+        setups = (given,) if isinstance(given, UserInput) else tuple(given)
+        return [((u.speculative_draft_model or (u.speculative_algorithm or "MTP")).split("/")[-1], u, False)
+                for u in setups]
+
+    @property
+    def spec_request(self) -> Any:
+        """The first speculative setup, resolved (None without speculation)."""
+        return next(iter(self.spec_requests.values()), None)
+
+    def spec_for(self, config: Config) -> Any:
+        """The resolved speculative setup ``config`` runs (None without speculation)."""
+        return self.spec_requests[config.spec.option] if config.spec is not None else None
 
     # ------------------------------------------------------------------ cached pricing
 
@@ -209,18 +263,19 @@ class Planner:
             self._built[key] = (build(self.config, self.profile, ctx, self.manager), ctx)
         return self._built[key]
 
-    def _draft(self, layout: Layout, quant: str | None):
+    def _draft(self, layout: Layout, quant: str | None, option: str):
         from infercast.speculative import draft_for
 
-        key = (layout, quant)
+        key = (layout, quant, option)
         if key not in self._drafts:
             built, ctx = self._model(layout, quant)
-            self._drafts[key] = draft_for(self.spec_request.draft_config, built, ctx, self.manager)
+            self._drafts[key] = draft_for(self.spec_requests[option].draft_config, built, ctx, self.manager)
         return self._drafts[key]
 
     def seconds(self, layout: Layout, quant: str | None, model: str, batch: int, tokens: int, logits: int,
                 decode: bool = True, context: int = 0) -> float:
-        """One forward's kernel time, priced once per distinct shape (host time apart)."""
+        """One forward's kernel time, priced once per distinct shape (host time apart);
+        ``model`` is ``target`` or ``draft:<option>``."""
         from infercast.speculative import trace_draft
 
         key = (layout, quant, model, batch, tokens, logits, decode, context)
@@ -231,7 +286,7 @@ class Planner:
                 with ctx.using(workload):
                     records = trace(built.sim, ctx.tokens)
             else:
-                draft, ctx = self._draft(layout, quant)
+                draft, ctx = self._draft(layout, quant, model.partition(":")[2])
                 with ctx.using(workload):
                     records = trace_draft(draft, ctx.tokens, logits)
             with ctx.using(workload):
@@ -261,10 +316,11 @@ class Planner:
             cycle = sum(h.seconds for h in spec_host_rows(engine, requests))
             for forward in cycle_forwards(spec.num_steps, spec.topk, spec.num_draft_tokens):
                 if forward.count:
-                    cycle += forward.count * self.seconds(layout, quant, forward.model, batch, forward.tokens_per_request,
+                    model = "target" if forward.model == "target" else f"draft:{spec.option}"
+                    cycle += forward.count * self.seconds(layout, quant, model, batch, forward.tokens_per_request,
                                                           forward.logits_per_request, context=context)
             tau = self.acceptance[spec][0]
-            draft, _ = self._draft(layout, quant)
+            draft, _ = self._draft(layout, quant, spec.option)
             weights += weight_bytes(draft)
             kv_per_token += draft.kv_bytes_per_token()
         memory = weights + kv_per_token * requests * (r.input_length + r.output_length)
@@ -290,7 +346,7 @@ class Planner:
                     for batch in self.request.batches:
                         if batch < layout.dp:
                             continue  # a DP rank with no request
-                        for spec in (None, *self.request.spec_grid):
+                        for spec in (None, *self.spec_grid):
                             points.append((layout, quant, batch, spec))
         if not points:
             raise InfercastError(f"no valid layout for {self.request.model} on {self.request.num_devices} devices")
@@ -307,11 +363,23 @@ class Planner:
         usable = [c for c in configs if c.fits and c.meets_slo]
         frontier = pareto(usable)
         best = max(frontier, key=lambda c: c.tokens_per_s_per_device) if frontier else None
-        closest = [] if best else sorted((c for c in configs if c.fits), key=lambda c: c.violation)[:5]
-        notes = []
-        if self.request.spec_grid:
-            spec = self.spec_request
-            notes.append(f"acceptance: {spec.acceptance}")
+        notes = list(self.spec_notes)
+        closest = []
+        if best is None:
+            fitting = [c for c in configs if c.fits]
+            closest = sorted(fitting, key=lambda c: c.violation)[:5]
+            if not fitting:
+                closest = sorted(configs, key=lambda c: c.memory_gib)[:5]
+                usable = self.device.memory_bytes * MEMORY_FRACTION / GIB
+                notes.append(f"nothing fits: the smallest configuration needs {closest[0].memory_gib:.1f} GiB per "
+                             f"device, {usable:.1f} GiB is usable ({MEMORY_FRACTION:.0%} of {self.device.name}'s "
+                             f"memory); try more devices, a smaller --quantization, a shorter input/output or "
+                             f"smaller --batch-sizes")
+        if self.request.speculative is None:
+            notes.append(f"speculative decoding swept by default: {', '.join(self.spec_requests) or 'none offered'} "
+                         f"(the options the model family's adapter offers; --no-speculative turns it off)")
+        for label, spec in self.spec_requests.items():
+            notes.append(f"acceptance of {label}: {spec.acceptance}")
         notes.append(f"decode priced at context {self.request.input_length + self.request.output_length // 2} "
                      f"(input + half the output); memory holds input + output per request; TTFT is one request's "
                      f"prefill alone")
@@ -320,6 +388,31 @@ class Planner:
 
 
 # ------------------------------------------------------------------------------ launch commands
+
+ONLINE_QUANTIZATION = {"sglang": {"FP8": ["--quantization", "fp8"]}, "vllm": {"FP8": ["--quantization", "fp8"]}}
+"""Quantizations an engine applies itself to a 16-bit checkpoint at load time, with its flag."""
+PREQUANTIZED = {
+    "BF16": "a BF16 checkpoint (dequantized)", "W8A16": "an int8 weight-only checkpoint (GPTQ 8-bit)",
+    "W8A8_DYNAMIC": "a W8A8 int8 checkpoint (compressed-tensors)", "W8A8_STATIC": "a W8A8 int8 checkpoint with "
+    "static activation scales (compressed-tensors)", "W4A8_DYNAMIC": "a W4A8 checkpoint (int4 weights, 8-bit "
+    "activations)", "W4A16": "an int4 weight-only checkpoint (GPTQ or AWQ, group 128)",
+    "FP8": "an FP8 checkpoint", "FP8_BLOCK": "a block-FP8 checkpoint (128 x 128 scales, DeepSeek-V3's format)",
+    "MXFP4": "an MXFP4 checkpoint",
+}
+"""What to serve instead when an engine cannot quantize to an action itself."""
+
+
+def quantization_flags(engine: str, quantization: str | None) -> tuple[list[str], str | None]:
+    """The engine's flags for ``quantization`` (None: the checkpoint's own, no flag), or no
+    flag and a note naming the checkpoint to serve instead: engines read a pre-quantized
+    checkpoint's ``quantization_config`` and take no flag for it."""
+    if quantization is None:
+        return [], None
+    flags = ONLINE_QUANTIZATION.get(engine, {}).get(quantization)
+    if flags is not None:
+        return list(flags), None
+    return [], (f"{engine}: {quantization} needs {PREQUANTIZED.get(quantization, 'a checkpoint quantized that way')}; "
+                f"point the model path at one (the engine reads its quantization_config; no flag)")
 
 
 def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, spec: Any = None) -> list[str]:
@@ -333,8 +426,7 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
     nodes = math.ceil(layout.num_devices / devices_per_node)
     if nodes > 1:
         cmd += ["--nnodes", str(nodes), "--node-rank", "0", "--dist-init-addr", "MASTER_IP:5000"]
-    if config.quantization:
-        cmd += ["--quantization", config.quantization]
+    cmd += quantization_flags("sglang", config.quantization)[0]
     if request.kv_cache_dtype not in ("bf16", "auto"):
         cmd += ["--kv-cache-dtype", "fp8_e4m3" if request.kv_cache_dtype == "fp8" else request.kv_cache_dtype]
     cmd += ["--max-running-requests", str(config.batch)]
@@ -370,6 +462,12 @@ def launch_commands(request: PlanRequest, config: Config, devices_per_node: int,
     return {first: commands[first], **{k: v for k, v in commands.items() if k != first}}
 
 
+def launch_notes(request: PlanRequest, config: Config) -> list[str]:
+    """What the launch commands cannot say with a flag (a checkpoint to serve instead)."""
+    notes = [quantization_flags(engine, config.quantization)[1] for engine in ("sglang", "vllm", "trtllm")]
+    return [note for note in notes if note]
+
+
 def vllm_command(request: PlanRequest, config: Config, spec: Any = None) -> list[str]:
     """The vLLM equivalent (``vllm serve ...``)."""
     import json
@@ -380,6 +478,7 @@ def vllm_command(request: PlanRequest, config: Config, spec: Any = None) -> list
         cmd += ["--data-parallel-size", str(layout.dp)]
     if layout.ep > 1:
         cmd += ["--enable-expert-parallel"]
+    cmd += quantization_flags("vllm", config.quantization)[0]
     if request.kv_cache_dtype not in ("bf16", "auto"):
         cmd += ["--kv-cache-dtype", "fp8" if request.kv_cache_dtype.startswith("fp8") else request.kv_cache_dtype]
     cmd += ["--max-num-seqs", str(config.batch)]
@@ -405,9 +504,10 @@ def plot(result: PlanResult, path_stem: str) -> list[str]:
     off = [c for c in fits if c.spec is None]
     on = [c for c in fits if c.spec is not None]
     ax.scatter([c.tokens_per_s_per_user for c in off], [c.tokens_per_s_per_device for c in off], s=12, c="#9aa5b1",
-               label="fits, no speculation")
-    ax.scatter([c.tokens_per_s_per_user for c in on], [c.tokens_per_s_per_device for c in on], s=12, c="#f0b37e",
-               marker="^", label="fits, speculative")
+               label="fits, no speculation" if on else "fits")
+    if on:
+        ax.scatter([c.tokens_per_s_per_user for c in on], [c.tokens_per_s_per_device for c in on], s=12, c="#f0b37e",
+                   marker="^", label="fits, speculative")
     if result.frontier:
         ax.plot([c.tokens_per_s_per_user for c in result.frontier], [c.tokens_per_s_per_device for c in result.frontier],
                 "-o", c="#1f5fa8", ms=5, label="Pareto frontier (fits and meets SLOs)")

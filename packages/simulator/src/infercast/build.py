@@ -90,6 +90,9 @@ def build(config: Any, profile: ModelProfile, ctx: SimContext, manager: AdapterM
             layers.append(SimDecoderLayer(ctx, attn, mlp, hidden, index))
         embed = builders.for_model("embedding", model_type)(ctx=ctx, config=text, profile=profile)
         head = builders.for_model("head", model_type)(ctx=ctx, config=text, profile=profile)
+        tied = getattr(text, "tie_word_embeddings", False)
+        if tied and isinstance(head, SimLMHead) and isinstance(embed, SimEmbedding):
+            head.tie_to(embed)
         tower = None
         vision_builder = builders.find("vision", model_type)
         if profile.has_vision and getattr(config, "vision_config", None) is not None and vision_builder:

@@ -81,7 +81,9 @@ class SimModule(nn.Module):
                     yield f"{prefix}.{name}".lstrip("."), tensor
 
     def weight_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for _, t in self.all_weights())
+        """Bytes of the distinct weight tensors (a tied matrix is stored once)."""
+        unique = {id(t): t for _, t in self.all_weights()}
+        return sum(t.numel() * t.element_size() for t in unique.values())
 
     def total_logical_params(self) -> int:
         return sum(m.logical_params for m in self.modules() if isinstance(m, SimModule))
@@ -439,6 +441,15 @@ class SimLMHead(SimModule):
                                  math.ceil(vocab_size / ctx.parallel.tp) * ctx.parallel.tp,
                                  ctx.quant.lm_head, shard="column", tp=ctx.parallel.tp)
         self.lm_head.logical_params = vocab_size * hidden_size
+
+    def tie_to(self, embed: SimEmbedding) -> None:
+        """``tie_word_embeddings``: the lm_head reads the embedding's matrix, as transformers
+        and sglang tie them, so it is one parameter matrix and one copy in memory. A head whose
+        weight is stored differently (quantized) keeps its own."""
+        own, shared = self.lm_head.weights.get("weight"), embed.weights["weight"]
+        if own is not None and own.shape == shared.shape and own.dtype == shared.dtype:
+            self.lm_head.weights["weight"] = shared
+            self.lm_head.logical_params = 0
 
     def forward(self, h: torch.Tensor, residual: torch.Tensor, rows: int | None = None) -> torch.Tensor:
         """Logits for ``rows`` tokens per request (default: every new token in decode, the

@@ -92,13 +92,18 @@ def _(q, latent_cache, num_seqs, q_len, kv_len, v_head_dim):
 def mla_bmm(x: torch.Tensor, weight: torch.Tensor, which: str) -> torch.Tensor:
     """The absorbed MLA decode's per-head batched GEMM: ``x`` [H, T, K] @ ``weight`` [H, K, N];
     ``which`` is ``pre`` (q_nope into the latent space, K 128 -> N 512) or ``post`` (the
-    latent output back to v, 512 -> 128)."""
+    latent output back to v, 512 -> 128). ``post`` writes [T, H, N] memory through its
+    [H, T, N] view, as sglang does (``torch.bmm(..., out=buffer.transpose(0, 1))``), so the
+    o_proj input is a view of it, not a copy."""
     raise NotImplementedError
 
 
 @mla_bmm.register_fake
 def _(x, weight, which):
-    return x.new_empty(x.shape[0], x.shape[1], weight.shape[-1])
+    heads, tokens, n = x.shape[0], x.shape[1], weight.shape[-1]
+    if which == "post":
+        return x.new_empty_strided((heads, tokens, n), (n, heads * n, 1))
+    return x.new_empty(heads, tokens, n)
 
 
 @torch.library.custom_op("infercast::mla_prefill_attention", mutates_args=())

@@ -163,6 +163,8 @@ def test_disaggregated_launch_commands_use_documented_flags(disagg_plan) -> None
         assert {a for a in cmd if a.startswith("--")} <= VLLM_ARGS
         connector = json.loads(cmd[cmd.index("--kv-transfer-config") + 1])
         assert connector == {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+    per_rank = best.prefill.chunk // best.prefill.layout.dp  # each vLLM DP rank is an engine of its own
+    assert vllm_prefill[vllm_prefill.index("--max-num-batched-tokens") + 1] == str(per_rank)
     nixl = replace(planner.request, serving=replace(planner.request.serving, transfer_backend="nixl"))
     planner.request = nixl
     try:

@@ -185,11 +185,13 @@ def serve(cost: GridCost, engine: EnginePolicy, lengths: LengthDist, options: Se
     if best is not None:
         return best, best
     # nothing meets the targets: report a trickle, so the violation says by how much
-    return None, steady_state(cost, engine, lengths, engine.chunk / (lengths.mean_input * cost(0, engine.chunk)) * 1e-3, q)
+    trickle = engine.chunk / (lengths.mean_input * cost(0, engine.chunk)) * 1e-3
+    return None, steady_state(cost, engine, lengths, trickle, q)
 
 
 def _meets(point: ServingPoint, ttft_slo_s: float | None, tpot_slo_s: float | None, host_s: float) -> bool:
-    return (point.stable and point.admission <= ADMISSION_CEILING and (ttft_slo_s is None or point.ttft_p_s + host_s <= ttft_slo_s)
+    return (point.stable and point.admission <= ADMISSION_CEILING
+            and (ttft_slo_s is None or point.ttft_p_s + host_s <= ttft_slo_s)
             and (tpot_slo_s is None or point.tpot_s <= tpot_slo_s))
 
 

@@ -365,9 +365,9 @@ def launch_commands(planner: Planner, config: DisaggConfig) -> dict[str, list[li
         router += ["--decode", f"http://DECODE_{i}_IP:30001"]
     router += ["--host", "0.0.0.0", "--port", "8000"]
     connector = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"})
-    vl_prefill = vllm_command(r, prefill, spec)[:-1] + ["--max-num-batched-tokens", str(chunk),
-                                                       "--kv-transfer-config", connector, "--port", "8100",
-                                                       "--trust-remote-code"]
+    per_rank = str(max(1, chunk // p.layout.dp))  # each vLLM DP rank is an engine of its own
+    vl_prefill = vllm_command(r, prefill, spec)[:-1] + ["--max-num-batched-tokens", per_rank, "--kv-transfer-config",
+                                                       connector, "--port", "8100", "--trust-remote-code"]
     vl_prefill = [a for i, a in enumerate(vl_prefill) if not (a == "--max-num-seqs"
                                                             or (i and vl_prefill[i - 1] == "--max-num-seqs"))]
     vl_decode = vllm_command(r, decode, spec)[:-1] + ["--kv-transfer-config", connector, "--port", "8200",

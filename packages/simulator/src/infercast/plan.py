@@ -425,8 +425,8 @@ def vllm_command(request: PlanRequest, config: Config, spec: Any = None) -> list
     if request.kv_cache_dtype not in ("bf16", "auto"):
         cmd += ["--kv-cache-dtype", "fp8" if request.kv_cache_dtype.startswith("fp8") else request.kv_cache_dtype]
     cmd += ["--max-num-seqs", str(config.batch)]
-    if config.serving:
-        cmd += ["--max-num-batched-tokens", str(config.serving["chunked_prefill_size"])]
+    if config.serving:  # each vLLM DP rank is an engine of its own: its share of the chunk
+        cmd += ["--max-num-batched-tokens", str(max(1, config.serving["chunked_prefill_size"] // layout.dp))]
     if config.spec is not None:
         method = "eagle3" if spec.draft_model else "deepseek_mtp"
         body = {"method": method, "num_speculative_tokens": config.spec.num_steps}

@@ -30,13 +30,13 @@ SGLANG_SERVER_ARGS = {
     "--max-running-requests", "--mem-fraction-static", "--context-length", "--trust-remote-code",
     "--speculative-algorithm", "--speculative-draft-model-path", "--speculative-num-steps",
     "--speculative-eagle-topk", "--speculative-num-draft-tokens", "--enable-two-batch-overlap", "--moe-a2a-backend",
-    "--ep-num-redundant-experts", "--chunked-prefill-size", "--cuda-graph-max-bs",
+    "--ep-num-redundant-experts", "--chunked-prefill-size", "--cuda-graph-max-bs", "--enable-mixed-chunk",
 }
 # From vLLM's documented `vllm serve` arguments.
 VLLM_SERVE_ARGS = {
     "--tensor-parallel-size", "--data-parallel-size", "--pipeline-parallel-size", "--enable-expert-parallel",
     "--max-num-seqs", "--kv-cache-dtype", "--quantization", "--speculative-config", "--trust-remote-code",
-    "--max-model-len", "--gpu-memory-utilization",
+    "--max-model-len", "--gpu-memory-utilization", "--max-num-batched-tokens",
 }
 
 SMALL = PlanRequest(model="meta-llama/Llama-3.1-8B-Instruct", device="H100", num_devices=(1, 2),
@@ -53,7 +53,10 @@ def small_plan():
     return Planner(SMALL).run()
 
 
-def test_every_configuration_is_evaluated_once_and_shapes_are_reused(small_plan) -> None:
+def test_every_configuration_is_evaluated_once_and_shapes_are_reused() -> None:
+    # one request's prefill alone and the decode step at each batch (the serving model on top
+    # of these is counted in tests/simulator/test_serving.py)
+    small_plan = Planner(replace(SMALL, mode="static")).run()
     # 1 GPU: TP1; 2 GPUs: TP2 (a dense model has no EP layouts); 6 batches; off + 3 chains
     assert small_plan.evaluated == 2 * 6 * 4
     # per (layout, batch): decode, verify at n = 2, 3, 4, one draft step shape (topk 1), extend at n = 2, 3, 4;

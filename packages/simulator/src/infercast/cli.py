@@ -207,7 +207,7 @@ def check_writable(path: str) -> None:
         raise InfercastError(f"cannot write {path}: permission denied")
 
 
-def parse_device_counts(text: str) -> tuple[int, ...]:
+def parse_device_counts(text: str, flag: str = "--num-devices") -> tuple[int, ...]:
     """``8,16`` (a list) or ``8-32`` (every power of two and multiple of 8 in the range)."""
     try:
         if "-" in text:
@@ -216,9 +216,9 @@ def parse_device_counts(text: str) -> tuple[int, ...]:
         else:
             counts = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise InfercastError(f"--num-devices takes a list (8,16) or a range (8-32), got {text!r}") from None
+        raise InfercastError(f"{flag} takes a list (8,16) or a range (8-32), got {text!r}") from None
     if not counts or any(n < 1 for n in counts):
-        raise InfercastError(f"--num-devices: no positive device counts in {text!r}")
+        raise InfercastError(f"{flag}: no positive device counts in {text!r}")
     return tuple(dict.fromkeys(counts))
 
 
@@ -297,7 +297,12 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
         raise InfercastError("trees (topk > 1) in --speculative-grid need --acceptance-matrix (depth x rank); "
                              "a chain's accept length says nothing about other branches")
     quants = tuple(None if q in ("checkpoint", "none", "") else q for q in args.quantization.split(","))
+    serving = serving_options(args)
+    if serving.lengths is not None:  # the histogram's means set the decode context and the memory per request
+        args.input_length = max(1, round(serving.lengths.mean_input))
+        args.output_length = max(1, round(serving.lengths.mean_output))
     request = PlanRequest(
+        mode=args.mode, serving=serving,
         model=args.model, device=args.device, num_devices=parse_device_counts(args.num_devices),
         input_length=args.input_length, output_length=args.output_length, ttft_slo_ms=args.ttft_slo_ms,
         tpot_slo_ms=args.tpot_slo_ms, quantizations=quants, batches=parse_int_list(args.batch_sizes, "--batch-sizes"),
@@ -313,9 +318,16 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
     if result.best is not None:
         launch = launch_commands(request, result.best, planner.device.devices_per_node, planner.spec_for(result.best))
         notes = launch_notes(request, result.best)
-    plots = plot(result, args.plot) if args.plot else []
+    disagg_launch = {}
+    if result.disagg is not None and result.disagg.best is not None:
+        from infercast.disagg import launch_commands as disagg_commands
+
+        disagg_launch = disagg_commands(planner, result.disagg.best)
+    plots = plot(result, args.plot) if args.plot and result.configs else []
     if args.json:
         print(json.dumps({
+            "mode": request.mode, "serving": serving_json(request),
+            "disagg": disagg_json(result.disagg, disagg_launch),
             "model": request.model, "device": request.device, "num_devices": list(request.num_devices),
             "input_length": request.input_length, "output_length": request.output_length,
             "ttft_slo_ms": request.ttft_slo_ms, "tpot_slo_ms": request.tpot_slo_ms,
@@ -326,8 +338,137 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
             "launch_notes": notes, "plots": plots, "notes": result.notes,
         }, indent=2))
     else:
-        print_plan(result, launch, plots, console, notes)
-    return 0 if result.best is not None else 1
+        if result.configs:
+            print_plan(result, launch, plots, console, notes)
+        else:
+            print_header(result, console)
+        if result.disagg is not None:
+            print_disagg(result, disagg_launch, console)
+    found = result.best is not None or (result.disagg is not None and result.disagg.best is not None)
+    return 0 if found else 1
+
+
+# ------------------------------------------------------------------------------ plan: serving modes
+
+
+def add_serving_arguments(p: argparse.ArgumentParser) -> None:
+    """``plan`` flags of the serving model (:mod:`infercast.serving`, :mod:`infercast.disagg`)."""
+    from infercast.serving import MODES, TRANSFER_BACKENDS
+
+    g = p.add_argument_group("serving (docs/simulate.md, infercast plan)")
+    g.add_argument("--mode", default="agg", help=f"{' | '.join(MODES)}: aggregated continuous batching with chunked "
+                   "prefill, disaggregated prefill/decode pools, or both side by side (default agg)")
+    g.add_argument("--request-rate", type=_float, default=None, metavar="R",
+                   help="requests/s offered to the deployment (Poisson); default: the largest rate meeting the SLOs")
+    g.add_argument("--concurrency", type=_int, default=None, metavar="N",
+                   help="N clients, each sending its next request when the last finishes (instead of a rate)")
+    g.add_argument("--length-distribution", default=None, metavar="FILE",
+                   help="request lengths as a histogram: CSV with header input_length,output_length,weight, or a "
+                        "JSON list of such objects (default: --input-length / --output-length)")
+    g.add_argument("--chunked-prefill-size", type=_int, default=None, metavar="TOKENS",
+                   help="prompt tokens per step of an instance (default: sglang's for the device, 8192 on H100/H200)")
+    g.add_argument("--ttft-percentile", type=_float, default=90.0, metavar="P",
+                   help="the TTFT percentile the SLO and the output use (default 90)")
+    g.add_argument("--prefill-devices", default=None, metavar="LIST",
+                   help="device counts of one prefill instance, disaggregated (default: --num-devices)")
+    g.add_argument("--decode-devices", default=None, metavar="LIST",
+                   help="device counts of one decode instance, disaggregated (default: --num-devices)")
+    g.add_argument("--disaggregation-transfer-backend", default="mooncake", dest="transfer_backend",
+                   help=f"KV transfer engine named in the launch commands: {', '.join(TRANSFER_BACKENDS)} "
+                        "(default mooncake)")
+
+
+def serving_options(args: argparse.Namespace) -> Any:
+    from infercast.serving import MODES, ServingOptions, load_lengths
+
+    if args.mode not in MODES:
+        raise InfercastError(f"unknown --mode {args.mode!r}; valid: {', '.join(MODES)}")
+    lengths = load_lengths(args.length_distribution) if args.length_distribution else None
+    return ServingOptions(
+        request_rate=args.request_rate, concurrency=args.concurrency, lengths=lengths,
+        chunked_prefill_size=args.chunked_prefill_size, ttft_percentile=args.ttft_percentile / 100,
+        prefill_devices=parse_device_counts(args.prefill_devices, "--prefill-devices") if args.prefill_devices else None,
+        decode_devices=parse_device_counts(args.decode_devices, "--decode-devices") if args.decode_devices else None,
+        transfer_backend=args.transfer_backend)
+
+
+def serving_json(request: Any) -> dict:
+    s = request.serving
+    return {"request_rate": s.request_rate, "concurrency": s.concurrency, "chunked_prefill_size": s.chunked_prefill_size,
+            "ttft_percentile": s.ttft_percentile * 100,
+            "lengths": [list(row) for row in s.lengths.rows] if s.lengths else None,
+            "prefill_devices": list(s.prefill_devices) if s.prefill_devices else None,
+            "decode_devices": list(s.decode_devices) if s.decode_devices else None,
+            "transfer_backend": s.transfer_backend}
+
+
+def disagg_json(disagg: Any, launch: dict) -> dict | None:
+    if disagg is None:
+        return None
+    return {"configurations": len(disagg.configs), "frontier": [c.to_dict() for c in disagg.frontier],
+            "best": disagg.best.to_dict() if disagg.best else None,
+            "closest": [c.to_dict() for c in sorted(disagg.configs, key=lambda c: c.violation)[:5]]
+            if disagg.best is None else [],
+            "launch": {k: [" ".join(cmd) for cmd in v] for k, v in launch.items()}}
+
+
+def print_header(result: Any, console: Console) -> None:
+    r = result.request
+    slo = ", ".join(f"{name} <= {v:g} ms" for name, v in (("TTFT", r.ttft_slo_ms), ("TPOT", r.tpot_slo_ms)) if v)
+    console.print(f"[bold]{r.model}[/bold] on {r.device}; input {r.input_length}, output {r.output_length}; "
+                  f"{slo or 'no latency targets'}; {result.evaluated} configurations in {result.sweep_s:.2f} s "
+                  f"({result.traces} distinct forwards traced)")
+    for note in result.notes:
+        console.print(f"[yellow]note:[/yellow] {note}")
+
+
+def print_disagg(result: Any, launch: dict, console: Console) -> None:
+    import shlex
+
+    d = result.disagg
+    pct = f"p{result.request.serving.ttft_percentile * 100:g}"
+    rows = d.frontier or sorted(d.configs, key=lambda c: c.violation)[:5]
+    title = ("disaggregated: Pareto frontier" if d.frontier else
+             "disaggregated: no deployment meets the targets; the closest ones")
+    table = Table(title=title)
+    for column in ("xPyD", "prefill instance", "decode instance", "batch", "TBO", "speculative", "devices", "req/s",
+                   f"TTFT {pct} ms", "KV ms", "TPOT ms", "tok/s/user", "tok/s/device", "decode tok/s/dev", ""):
+        table.add_column(column, justify="left" if column in ("xPyD", "prefill instance", "decode instance",
+                                                              "speculative") else "right", no_wrap=True)
+    for c in rows:
+        mark = "[bold red]best[/bold red]" if c is d.best else (f"[red]+{c.violation:.0%}[/red]" if c.violation else "")
+        table.add_row(c.describe(), f"{c.prefill.layout.num_devices}: {c.prefill.layout.describe()}",
+                      f"{c.decode.layout.num_devices}: {c.decode.layout.describe()}", str(c.decode.batch),
+                      "yes" if c.decode.two_batch_overlap else "no",
+                      c.decode.spec.describe() if c.decode.spec else "off", str(c.num_devices), f"{c.rate:,.2f}",
+                      f"{c.ttft_ms:.1f}", f"{c.prefill.transfer_ms:.2f}", f"{c.tpot_ms:.2f}",
+                      f"{c.tokens_per_s_per_user:.1f}", f"{c.tokens_per_s_per_device:,.1f}",
+                      f"{c.decode.tokens_per_s_per_device:,.1f}", mark)
+    Console(file=console.file, width=max(console.width, 200), highlight=False).print(table)
+    best_agg = result.best
+    if result.request.mode == "both":
+        side = Table(title="best aggregated vs best disaggregated")
+        for column in ("", "deployment", "devices", "req/s", f"TTFT {pct} ms", "TPOT ms", "tok/s/user",
+                       "tok/s/device"):
+            side.add_column(column, justify="left" if column in ("", "deployment") else "right", no_wrap=True)
+        if best_agg is not None:
+            a = best_agg
+            side.add_row("aggregated", f"{a.layout.describe()}, max running {a.batch}, "
+                         f"{a.spec.describe() if a.spec else 'no spec'}", str(a.layout.num_devices),
+                         f"{a.serving['request_rate']:,.2f}", f"{a.ttft_ms:.1f}", f"{a.tpot_ms:.2f}",
+                         f"{a.tokens_per_s_per_user:.1f}", f"{a.tokens_per_s_per_device:,.1f}")
+        if d.best is not None:
+            b = d.best
+            side.add_row("disaggregated", f"{b.describe()}: P {b.prefill.layout.describe()}, D "
+                         f"{b.decode.layout.describe()} batch {b.decode.batch}", str(b.num_devices), f"{b.rate:,.2f}",
+                         f"{b.ttft_ms:.1f}", f"{b.tpot_ms:.2f}", f"{b.tokens_per_s_per_user:.1f}",
+                         f"{b.tokens_per_s_per_device:,.1f}")
+        Console(file=console.file, width=max(console.width, 140), highlight=False).print(side)
+    for engine, commands in launch.items():
+        console.print(f"[bold]{engine} (disaggregated)[/bold]: prefill x{d.best.prefill_instances}, decode "
+                      f"x{d.best.decode_instances}, then the {'router' if engine == 'sglang' else 'example proxy'}:")
+        for cmd in commands:
+            console.print(shlex.join(cmd), markup=False, highlight=False, soft_wrap=True)
 
 
 def print_plan(result, launch: dict, plots: list[str], console: Console, launch_notes: Sequence[str] = ()) -> None:
@@ -347,8 +488,10 @@ def print_plan(result, launch: dict, plots: list[str], console: Console, launch_
     title = "Pareto frontier" if result.frontier else "no configuration meets the targets; the closest ones"
     table = Table(title=title)
     quant = len(r.quantizations) > 1
+    served = any(c.serving for c in rows)  # aggregated serving: the rate, and TTFT at its percentile
+    ttft = f"TTFT p{r.serving.ttft_percentile * 100:g} ms" if served else "TTFT ms"
     columns = ["devices: layout", *(["quant"] if quant else []), "batch", "speculative", "accept", "TPOT ms",
-               "TTFT ms", "tok/s/user", "tok/s/device", "GiB/dev", ""]
+               ttft, *(["req/s"] if served else []), "tok/s/user", "tok/s/device", "GiB/dev", ""]
     for column in columns:
         table.add_column(column, justify="left" if column in ("devices: layout", "quant", "speculative") else "right",
                          no_wrap=True)
@@ -356,7 +499,9 @@ def print_plan(result, launch: dict, plots: list[str], console: Console, launch_
         mark = "[bold red]best[/bold red]" if c is result.best else (f"[red]+{c.violation:.0%}[/red]" if c.violation else "")
         table.add_row(f"{c.layout.num_devices}: {c.layout.describe()}", *([c.quantization or "checkpoint"] if quant else []),
                       str(c.batch), c.spec.describe() if c.spec else "off", f"{c.accept_length:.2f}",
-                      f"{c.tpot_ms:.2f}", f"{c.ttft_ms:.1f}", f"{c.tokens_per_s_per_user:.1f}",
+                      f"{c.tpot_ms:.2f}", f"{c.ttft_ms:.1f}",
+                      *([f"{c.serving['request_rate']:,.2f}" if c.serving else "-"] if served else []),
+                      f"{c.tokens_per_s_per_user:.1f}",
                       f"{c.tokens_per_s_per_device:,.1f}", f"{c.memory_gib:.1f}", mark)
     Console(file=console.file, width=max(console.width, 140), highlight=False).print(table)
     if plots:
@@ -455,6 +600,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="sweep layouts, batch sizes and speculative settings; Pareto frontier, plot, "
                                     "launch command")
     add_plan_arguments(p)
+    add_serving_arguments(p)
     add_request_arguments(p, only=[f for f in SPEC_FIELDS if f not in GRID_FIELDS] + list(COST_FIELDS))
     p.set_defaults(handler=_cmd_plan)
     return parser

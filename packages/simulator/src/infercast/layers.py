@@ -60,6 +60,23 @@ class SimContext:
         return self.workload.tokens_per_rank(self.parallel)
 
 
+def by_part(ctx: SimContext, tensors: tuple[torch.Tensor, ...], core) -> torch.Tensor:
+    """Run an attention core once per part of the step (one part, or a mixed step's decoding
+    requests and prompt chunks, :class:`~infercast.parallel.MixedWorkload`), each on its rows
+    of ``tensors`` and under its own workload; the outputs fill one tensor, as a varlen kernel
+    writes them."""
+    parts = ctx.workload.parts
+    if len(parts) == 1:
+        return core(*tensors)
+    outputs, start = [], 0
+    for part in parts:
+        rows = part.tokens_per_rank(ctx.parallel)
+        with ctx.using(part):
+            outputs.append(core(*(t[start:start + rows] for t in tensors)))
+        start += rows
+    return outputs[0].new_empty((tensors[0].shape[0], *outputs[0].shape[1:]))
+
+
 class SimModule(nn.Module):
     """A module whose weights are per-rank meta tensors listed in ``self.weights``."""
 
@@ -197,10 +214,14 @@ class SimGQAAttention(SimModule):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = OPS.rope(q, k)
         OPS.kv_cache_write(OPS.cat([k.reshape(T, -1), v], -1), str(ctx.kv_cache_dtype))
+        out = by_part(ctx, (q,), self._attend)
+        return self.o_proj(out.reshape(T, self.heads * self.head_dim))
+
+    def _attend(self, q: torch.Tensor) -> torch.Tensor:
+        ctx = self.ctx
         cached = ctx.requests * ctx.workload.kv_length
         k_cache = torch.empty(cached, self.kv_heads, self.head_dim, dtype=ctx.kv_cache_dtype, device=META)
-        out = OPS.attention(q, k_cache, k_cache, ctx.requests, ctx.workload.query_length, ctx.workload.kv_length, True)
-        return self.o_proj(out.reshape(T, self.heads * self.head_dim))
+        return OPS.attention(q, k_cache, k_cache, ctx.requests, ctx.workload.query_length, ctx.workload.kv_length, True)
 
 
 class SimMLAAttention(SimModule):
@@ -262,6 +283,11 @@ class SimMLAAttention(SimModule):
         kv_c = self.kv_a_layernorm(kv_c)
         q_pe, k_pe = OPS.rope(q_pe, k_pe)
         OPS.kv_cache_write(latent, str(ctx.kv_cache_dtype))
+        out = by_part(ctx, (q_nope, q_pe), lambda qn, qp: self._attend(qn, qp, k_pe))
+        return self.o_proj(out.reshape(T, self.heads * self.v_dim))
+
+    def _attend(self, q_nope: torch.Tensor, q_pe: torch.Tensor, k_pe: torch.Tensor) -> torch.Tensor:
+        ctx = self.ctx
         requests, kv_len = ctx.requests, ctx.workload.kv_length
         if ctx.workload.decode:
             q_absorbed = OPS.mla_bmm(q_nope.transpose(0, 1), self.w_kc, "pre")                # [H, T, latent]
@@ -276,7 +302,7 @@ class SimMLAAttention(SimModule):
             k = OPS.cat([k_nope, k_pe.new_empty(requests * kv_len, 1, self.rope_dim).expand(-1, self.heads, -1)], -1)
             q_full = OPS.cat([q_nope, q_pe], -1)
             out = OPS.mla_prefill_attention(q_full, k, v, requests, ctx.workload.query_length, kv_len)
-        return self.o_proj(out.reshape(T, self.heads * self.v_dim))
+        return out
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,37 @@ class Workload:
         """Tokens each request attends to at the end of this step."""
         return self.context_length + self.query_length
 
+    @property
+    def parts(self) -> tuple[Workload, ...]:
+        """The groups attention runs separately: one here (see :class:`MixedWorkload`)."""
+        return (self,)
+
+
+@dataclass(frozen=True)
+class MixedWorkload:
+    """One step of a continuous-batching engine that batches decoding requests with prompt
+    chunks (vLLM's scheduler, sglang ``--enable-mixed-chunk``): one forward over both parts'
+    tokens, launched as a prefill step is (eagerly, DeepEP normal mode), with each part's
+    attention run by its own kernel at its own context (:attr:`parts`)."""
+
+    decoding: Workload
+    chunks: Workload
+    decode = False  # the step as a whole is not a decode step (no CUDA graph, normal all-to-all)
+
+    def __post_init__(self) -> None:
+        if not self.decoding.decode or self.chunks.decode:
+            raise ValueError("MixedWorkload takes a decode workload and a prefill (chunk) workload")
+
+    @property
+    def parts(self) -> tuple[Workload, Workload]:
+        return (self.decoding, self.chunks)
+
+    def requests_per_rank(self, parallel: Parallel) -> int:
+        return sum(part.requests_per_rank(parallel) for part in self.parts)
+
+    def tokens_per_rank(self, parallel: Parallel) -> int:
+        return sum(part.tokens_per_rank(parallel) for part in self.parts)
+
 
 def validate_layout(parallel: Parallel, *, num_heads: int, num_experts: int | None, max_devices_hint: str = "") -> None:
     """Raise with a one-paragraph explanation when the layout cannot run."""

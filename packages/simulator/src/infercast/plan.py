@@ -28,12 +28,8 @@ from infercast.memory import MEMORY_FRACTION
 from infercast.parallel import Parallel, Workload, validate_layout
 from infercast.pricing import cost_model_for, phase_of, spec_host_rows
 from infercast.request import UserInput
-from infercast.simulate import (
-    _resolve_quant,
-    resolve_profile,
-    routed_experts,
-    speculative_request,
-)
+from infercast.serving import MODES, ServingOptions
+from infercast.simulate import _resolve_quant, resolve_profile, routed_experts, speculative_request
 from infercast.step import price_records, step_time
 from infercast.trace import trace
 from infercast.validate import check_config
@@ -47,9 +43,12 @@ class Layout:
     tp: int
     dp: int
     ep: int
+    redundant_experts: int = 0
+    """Extra expert slots (sglang ``--ep-num-redundant-experts``), so an EP size that does not
+    divide the experts still gives every rank the same number (:func:`infercast.disagg.pool_layouts`)."""
 
     def describe(self) -> str:
-        return f"TP{self.tp} DP{self.dp} EP{self.ep}"
+        return f"TP{self.tp} DP{self.dp} EP{self.ep}" + (f"+{self.redundant_experts}" if self.redundant_experts else "")
 
 
 @dataclass(frozen=True)
@@ -87,6 +86,9 @@ class Config:
     meets_slo: bool = False
     violation: float = 0.0
     """How far outside the SLOs (max ratio over 1); 0 when met."""
+    serving: dict[str, Any] | None = None
+    """Aggregated serving at the plan's load (:func:`infercast.agg.evaluate_agg`); None: one
+    request's prefill alone and the decode step at ``batch``."""
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -118,6 +120,10 @@ class PlanRequest:
     calibration: str | None = None
     cost_model: str = "measured"
     expert_imbalance: str = "balanced"
+    mode: str = "agg"
+    """``agg`` (continuous batching with chunked prefill), ``disagg`` (prefill and decode pools)
+    or ``both``; ``static``: one request's prefill alone and the decode step at each batch."""
+    serving: ServingOptions = field(default_factory=ServingOptions)
 
 
 @dataclass
@@ -131,6 +137,8 @@ class PlanResult:
     traces: int
     request: PlanRequest = field(repr=False)
     notes: list[str] = field(default_factory=list)
+    disagg: Any = None
+    """:class:`infercast.disagg.DisaggResult` with ``--mode disagg`` or ``both``."""
 
 
 def layouts(num_devices: int, *, num_heads: int, num_experts: int | None) -> list[Layout]:
@@ -193,9 +201,15 @@ class Planner:
                 f"--input-length {request.input_length} + --output-length {request.output_length} = "
                 f"{request.input_length + request.output_length} tokens exceeds {request.model}'s "
                 f"max_position_embeddings ({max_positions})")
+        lengths = request.serving.lengths
+        if lengths and max_positions and lengths.max_total > max_positions:
+            raise InfercastError(f"--length-distribution {lengths.source}: a request of {lengths.max_total} tokens "
+                                 f"exceeds {request.model}'s max_position_embeddings ({max_positions})")
         for name, value in (("--ttft-slo-ms", request.ttft_slo_ms), ("--tpot-slo-ms", request.tpot_slo_ms)):
             if value is not None and not value > 0:
                 raise InfercastError(f"{name} must be a positive number of milliseconds, got {value!r}")
+        if request.mode not in (*MODES, "static"):
+            raise InfercastError(f"unknown --mode {request.mode!r}; valid: {', '.join(MODES)}")
         self._built: dict[tuple, tuple[BuiltModel, SimContext]] = {}
         self._drafts: dict[tuple, Any] = {}
         self._seconds: dict[tuple, float] = {}
@@ -255,7 +269,8 @@ class Planner:
         key = (layout, quant)
         if key not in self._built:
             parallel = Parallel(layout.num_devices, layout.tp, layout.dp, layout.ep,
-                                scale_up_domain=self.device.scale_up_domain())
+                                scale_up_domain=self.device.scale_up_domain(),
+                                redundant_experts=layout.redundant_experts)
             plan = _resolve_quant(self.config, self.text, quant, self.profile)
             ctx = SimContext(parallel=parallel, workload=Workload(1, 1, 0, True), quant=plan,
                              kv_cache_dtype=KV_DTYPES[self.request.kv_cache_dtype],
@@ -354,12 +369,24 @@ class Planner:
 
     def run(self, progress: Callable[[int, int], None] | None = None) -> PlanResult:
         started = time.perf_counter()
-        points = self.grid()
+        mode = self.request.mode
+        points = self.grid() if mode != "disagg" else []
+        evaluate = self.evaluate
+        if mode in ("agg", "both"):
+            from infercast.agg import StepPricer, evaluate_agg
+
+            pricer = StepPricer(self)
+            evaluate = lambda *point: evaluate_agg(self, pricer, *point)  # noqa: E731
         configs = []
         for i, point in enumerate(points):
-            configs.append(self.evaluate(*point))
+            configs.append(evaluate(*point))
             if progress is not None:
                 progress(i + 1, len(points))
+        disagg = None
+        if mode in ("disagg", "both"):
+            from infercast.disagg import plan_disagg
+
+            disagg = plan_disagg(self, progress)
         usable = [c for c in configs if c.fits and c.meets_slo]
         frontier = pareto(usable)
         best = max(frontier, key=lambda c: c.tokens_per_s_per_device) if frontier else None
@@ -368,11 +395,11 @@ class Planner:
         if best is None:
             fitting = [c for c in configs if c.fits]
             closest = sorted(fitting, key=lambda c: c.violation)[:5]
-            if not fitting:
+            if not fitting and configs:
                 closest = sorted(configs, key=lambda c: c.memory_gib)[:5]
-                usable = self.device.memory_bytes * MEMORY_FRACTION / GIB
+                usable_gib = self.device.memory_bytes * MEMORY_FRACTION / GIB
                 notes.append(f"nothing fits: the smallest configuration needs {closest[0].memory_gib:.1f} GiB per "
-                             f"device, {usable:.1f} GiB is usable ({MEMORY_FRACTION:.0%} of {self.device.name}'s "
+                             f"device, {usable_gib:.1f} GiB is usable ({MEMORY_FRACTION:.0%} of {self.device.name}'s "
                              f"memory); try more devices, a smaller --quantization, a shorter input/output or "
                              f"smaller --batch-sizes")
         if self.request.speculative is None:
@@ -380,11 +407,16 @@ class Planner:
                          f"(the options the model family's adapter offers; --no-speculative turns it off)")
         for label, spec in self.spec_requests.items():
             notes.append(f"acceptance of {label}: {spec.acceptance}")
-        notes.append(f"decode priced at context {self.request.input_length + self.request.output_length // 2} "
-                     f"(input + half the output); memory holds input + output per request; TTFT is one request's "
-                     f"prefill alone")
-        return PlanResult(configs, frontier, best, closest, len(configs), time.perf_counter() - started,
-                          self.traces, self.request, notes)
+        if mode == "static":
+            notes.append(f"decode priced at context {self.request.input_length + self.request.output_length // 2} "
+                         f"(input + half the output); memory holds input + output per request; TTFT is one "
+                         f"request's prefill alone")
+        else:
+            from infercast.agg import serving_notes
+
+            notes += serving_notes(self, disagg)
+        return PlanResult(configs, frontier, best, closest, len(configs) + (disagg.evaluated if disagg else 0),
+                          time.perf_counter() - started, self.traces, self.request, notes, disagg)
 
 
 # ------------------------------------------------------------------------------ launch commands
@@ -423,6 +455,8 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
         cmd += ["--dp-size", str(layout.dp), "--enable-dp-attention"]
     if layout.ep > 1:
         cmd += ["--ep-size", str(layout.ep)]
+    if layout.redundant_experts:
+        cmd += ["--ep-num-redundant-experts", str(layout.redundant_experts)]
     nodes = math.ceil(layout.num_devices / devices_per_node)
     if nodes > 1:
         cmd += ["--nnodes", str(nodes), "--node-rank", "0", "--dist-init-addr", "MASTER_IP:5000"]
@@ -430,6 +464,9 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
     if request.kv_cache_dtype not in ("bf16", "auto"):
         cmd += ["--kv-cache-dtype", "fp8_e4m3" if request.kv_cache_dtype == "fp8" else request.kv_cache_dtype]
     cmd += ["--max-running-requests", str(config.batch)]
+    if config.serving:  # continuous batching as planned: the chunk budget, decodes mixed into prompt steps
+        cmd += ["--chunked-prefill-size", str(config.serving["chunked_prefill_size"])]
+        cmd += ["--enable-mixed-chunk"] if config.serving["policy"] == "mixed" else []
     if config.spec is not None:
         algorithm = "EAGLE3" if spec.draft_model else "EAGLE"
         cmd += ["--speculative-algorithm", algorithm]
@@ -482,6 +519,8 @@ def vllm_command(request: PlanRequest, config: Config, spec: Any = None) -> list
     if request.kv_cache_dtype not in ("bf16", "auto"):
         cmd += ["--kv-cache-dtype", "fp8" if request.kv_cache_dtype.startswith("fp8") else request.kv_cache_dtype]
     cmd += ["--max-num-seqs", str(config.batch)]
+    if config.serving:  # each vLLM DP rank is an engine of its own: its share of the chunk
+        cmd += ["--max-num-batched-tokens", str(max(1, config.serving["chunked_prefill_size"] // layout.dp))]
     if config.spec is not None:
         method = "eagle3" if spec.draft_model else "deepseek_mtp"
         body = {"method": method, "num_speculative_tokens": config.spec.num_steps}

@@ -1,0 +1,254 @@
+"""Aggregated serving: mixed steps priced as one forward, the steady-state queueing model
+checked against a discrete-event simulation of the same policy and step costs, TPOT rising
+with load, the length histogram format, and the planner and command line in agg mode."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import replace
+
+import pytest
+from infercast_adapters import InfercastError
+
+from infercast.agg import StepPricer, chunk_shape
+from infercast.cli import main
+from infercast.parallel import MixedWorkload, Workload
+from infercast.plan import Layout, Planner, PlanRequest, sglang_command
+from infercast.serving import (
+    EnginePolicy,
+    GridCost,
+    LengthDist,
+    ServingOptions,
+    load_lengths,
+    rate_at_utilisation,
+    simulate_engine,
+    steady_state,
+)
+from infercast.trace import trace
+
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+TP1 = Layout(1, 1, 1, 1)
+
+
+@pytest.fixture(scope="module")
+def llama():
+    planner = Planner(PlanRequest(model=LLAMA, device="H100", input_length=1024, output_length=256))
+    return planner, StepPricer(planner)
+
+
+# ------------------------------------------------------------------------------ mixed steps
+
+
+def _records(planner, layout, workload):
+    built, ctx = planner._model(layout, None)
+    with ctx.using(workload):
+        return trace(built.sim, ctx.tokens)
+
+
+def test_a_mixed_step_runs_gemms_over_all_tokens_and_each_part_attention_at_its_context(llama) -> None:
+    planner, _ = llama
+    mixed = MixedWorkload(Workload(16, 1, 2048, True), Workload(2, 512, 100, False))
+    records = _records(planner, TP1, mixed)
+    attention = [r for r in records if r.name == "infercast::attention"]
+    shapes = sorted((r["num_seqs"], r["q_len"], r["kv_len"]) for r in attention)
+    assert shapes == [(2, 512, 612), (16, 1, 2049)]  # decodes at their context, chunks over their prefix
+    qkv = next(r for r in records if r.path.endswith("qkv_proj"))
+    assert qkv["x"].shape[0] == 16 + 2 * 512  # one GEMM over every token of the step
+    lm_head = next(r for r in records if r.path == "head.lm_head")
+    assert lm_head["x"].shape[0] == 16 + 2  # a logit row per request: each decode and each chunk's last token
+
+
+def test_an_mla_mixed_step_absorbs_the_decodes_and_expands_the_chunk() -> None:
+    planner = Planner(PlanRequest(model="deepseek-ai/DeepSeek-V3", device="H200"))
+    layout = Layout(8, 8, 1, 8)
+    records = _records(planner, layout, MixedWorkload(Workload(32, 1, 4000, True), Workload(1, 1024, 0, False)))
+    names = {r.name: r for r in records}
+    assert names["infercast::mla_attention"]["num_seqs"] == 32
+    assert names["infercast::mla_attention"]["kv_len"] == 4001
+    assert names["infercast::mla_prefill_attention"]["q_len"] == 1024
+    assert {r["x"].shape[1] for r in records if r.name == "infercast::mla_bmm"} == {32}  # decode tokens only
+    dispatch = next(r for r in records if r.name == "infercast::all_to_all")
+    assert dispatch["mode"] == "normal"  # a mixed step is not a decode step: DeepEP normal mode, no CUDA graph
+
+
+def test_a_mixed_step_costs_less_than_its_parts_apart_and_more_than_either(llama) -> None:
+    _, pricer = llama
+    decode, chunk = Workload(64, 1, 1536, True), Workload(2, 1024, 0, False)
+    alone = pricer.step(TP1, None, decode) + pricer.step(TP1, None, chunk)
+    mixed = pricer.step(TP1, None, MixedWorkload(decode, chunk))
+    # the weights are read once for both parts; the attention of each is still paid
+    assert max(pricer.step(TP1, None, decode), pricer.step(TP1, None, chunk)) < mixed < alone
+
+
+# ------------------------------------------------------------------------------ the step-cost table
+
+
+def test_grid_cost_is_exact_on_its_points_and_linear_between() -> None:
+    calls = []
+
+    def exact(b, c):
+        return 1.0 + b + 0.01 * c + (2.0 if c else 0.0)
+
+    grid = GridCost([1, 4, 16], [100, 400], lambda b, c: calls.append((b, c)) or exact(b, c))
+    assert grid(4, 400) == pytest.approx(exact(4, 400))
+    assert grid(10, 0) == pytest.approx(1.0 + 10)  # between the 4 and 16 rows
+    assert grid(4, 250) == pytest.approx(1 + 4 + 2.5 + 2.0)
+    assert grid(4, 50) == pytest.approx(5 + (8 - 5) * 0.5)  # below the first column: from the no-prompt step
+    assert grid(0, 0) == 0.0
+    assert len(calls) == len(set(calls))  # every point priced once
+
+
+def test_chunk_shape_is_the_token_weighted_piece_and_prefix() -> None:
+    # 6000 tokens at 4096 per step: a 4096-token piece over no prefix, a 1904-token one over 4096
+    shape = chunk_shape(LengthDist.fixed(6000, 10), 4096)
+    assert shape.piece == round((4096**2 + 1904**2) / 6000)
+    assert shape.prefix == round(1904 * 4096 / 6000)
+    assert chunk_shape(LengthDist.fixed(1000, 10), 8192) == type(shape)(1000, 0)
+
+
+# ------------------------------------------------------------------------------ steady state vs event simulation
+
+
+HISTOGRAM = LengthDist(((512, 128, 3.0), (2048, 256, 1.0)), "two buckets")
+PROMPTS = LengthDist(((512, 1, 3.0), (3000, 1, 1.0)), "two prompt buckets")
+# (policy, chunk, max running, lengths, loads): the prompt queue's utilisation; max running high
+# enough that the running-request limit does not bind (the planner keeps it below 70%)
+DES_CASES = [
+    ("mixed", 2048, 512, LengthDist.fixed(1024, 256), (0.3, 0.6, 0.85)),
+    ("separate", 2048, 4096, LengthDist.fixed(1024, 256), (0.3, 0.6)),
+    ("separate", 8192, 10**9, LengthDist.fixed(2000, 1), (0.3, 0.6, 0.85)),  # a disaggregated prefill instance
+    ("separate", 2048, 10**9, PROMPTS, (0.3, 0.6, 0.85)),
+    ("mixed", 2048, 512, HISTOGRAM, (0.3, 0.6)),
+    ("mixed", 8192, 512, HISTOGRAM, (0.3,)),
+]
+# Where it is not held (docs/simulate.md, benchmarks/serving_agreement.py): mixed prompt lengths near
+# saturation (the model puts the capacity too high and TPOT low), and separate steps at 85% (TPOT high).
+TOLERANCE = {"ttft_mean": 0.25, "ttft_p90": 0.30, "tpot": 0.20}
+
+
+@pytest.mark.parametrize("policy, chunk, running, lengths, loads", DES_CASES)
+def test_the_steady_state_agrees_with_an_event_simulation_of_the_same_policy(llama, policy, chunk, running,
+                                                                             lengths, loads) -> None:
+    """Stated tolerance: mean TTFT within 25%, p90 TTFT within 30%, mean TPOT within 20%."""
+    _, pricer = llama
+    cost = pricer.grid(TP1, None, min(running, 512), None, chunk_shape(lengths, chunk), chunk)
+    engine = EnginePolicy(chunk, running, policy)
+    errors = []
+    for load in loads:
+        rate = rate_at_utilisation(cost, engine, lengths, load)
+        model = steady_state(cost, engine, lengths, rate)
+        sim = simulate_engine(cost, engine, lengths, rate, requests=6000, warmup=1000, seed=3)
+        got = {"ttft_mean": (model.ttft_mean_s, statistics.mean(sim.ttft_s)),
+               "ttft_p90": (model.ttft_p_s, sim.quantile(sim.ttft_s, 0.9))}
+        if sim.tpot_s:
+            got["tpot"] = (model.tpot_s, statistics.mean(sim.tpot_s))
+        for key, (a, b) in got.items():
+            errors.append((load, key, (a - b) / b))
+    misses = [e for e in errors if abs(e[2]) > TOLERANCE[e[1]]]
+    assert not misses, misses
+
+
+def test_tpot_rises_with_the_arrival_rate_in_the_model_and_the_simulation(llama) -> None:
+    _, pricer = llama
+    lengths = LengthDist.fixed(1024, 256)
+    cost = pricer.grid(TP1, None, 512, None, chunk_shape(lengths, 2048), 2048)
+    engine = EnginePolicy(2048, 512, "mixed")
+    top = rate_at_utilisation(cost, engine, lengths, 0.8)
+    rates = [top * f for f in (0.1, 0.4, 0.7, 1.0)]
+    model = [steady_state(cost, engine, lengths, r).tpot_s for r in rates]
+    sim = [statistics.mean(simulate_engine(cost, engine, lengths, r, requests=3000, warmup=500).tpot_s) for r in rates]
+    assert model == sorted(model) and model[-1] > 1.5 * model[0]
+    assert sim == sorted(sim) and sim[-1] > 1.5 * sim[0]
+    assert model[0] >= cost(1, 0)  # never below a decode step alone
+
+
+# ------------------------------------------------------------------------------ length histograms
+
+
+def test_length_histograms_load_from_csv_and_json(tmp_path) -> None:
+    csv = tmp_path / "lengths.csv"
+    csv.write_text("input_length,output_length,weight\n1000,200,3\n4000,100,1\n")
+    got = load_lengths(str(csv))
+    assert got.rows == ((1000, 200, 3.0), (4000, 100, 1.0))
+    assert got.mean_input == pytest.approx((3 * 1000 + 4000) / 4) and got.mean_output == pytest.approx(175)
+    js = tmp_path / "lengths.json"
+    js.write_text(json.dumps([{"input_length": 1000, "output_length": 200}, {"input_length": 10, "output_length": 5,
+                                                                            "weight": 0}]))
+    assert load_lengths(str(js)).probabilities == [1.0, 0.0]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("input_length,output_length\n100,abc\n", "not a number"),
+    ("in,out\n100,10\n", "needs input_length and output_length"),
+    ("input_length,output_length,weight\n0,10,1\n", "lengths must be >= 1"),
+    ("input_length,output_length,weight\n10,10,0\n", "no rows with a positive weight"),
+])
+def test_bad_length_histograms_name_the_flag(tmp_path, text, message) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(InfercastError, match=f"--length-distribution .*{message}"):
+        load_lengths(str(path))
+
+
+# ------------------------------------------------------------------------------ the planner in agg mode
+
+AGG = PlanRequest(model=LLAMA, device="H100", num_devices=(1,), batches=(16, 64, 256), input_length=1024,
+                  output_length=256, tpot_slo_ms=30.0, ttft_slo_ms=1500.0)
+
+
+@pytest.fixture(scope="module")
+def agg_plan():
+    return Planner(AGG).run()
+
+
+def test_agg_configurations_report_the_rate_they_sustain_within_the_slos(agg_plan) -> None:
+    alone = {c.batch: c for c in Planner(replace(AGG, mode="static")).run().configs}
+    for c in agg_plan.configs:
+        s = c.serving
+        assert s["mode"] == "agg" and s["policy"] == "mixed" and s["chunked_prefill_size"] == 8192
+        assert c.tokens_per_s_per_device == pytest.approx(s["request_rate"] * 256)
+        if c.meets_slo:
+            assert c.tpot_ms <= 30.0 and c.ttft_ms <= 1500.0 and s["running_share"] <= 0.7 + 1e-9
+            assert c.ttft_ms > alone[c.batch].ttft_ms  # queueing and shared steps only add to a lone prefill
+    assert agg_plan.best is not None
+    cmd = sglang_command(AGG, agg_plan.best, 8)
+    assert cmd[cmd.index("--chunked-prefill-size") + 1] == "8192" and "--enable-mixed-chunk" in cmd
+    assert any("TTFT is the p90 of a queueing approximation" in n for n in agg_plan.notes)
+
+
+def test_a_given_rate_is_priced_at_that_rate_and_a_higher_one_costs_tpot() -> None:
+    low, high = (Planner(replace(AGG, batches=(256,), serving=ServingOptions(request_rate=r))).run().configs[0]
+                 for r in (2.0, 8.0))
+    assert low.serving["request_rate"] == 2.0 and high.serving["request_rate"] == 8.0
+    assert high.tpot_ms > low.tpot_ms and high.tokens_per_s_per_device == pytest.approx(4 * low.tokens_per_s_per_device)
+
+
+def test_cli_agg_json_has_the_serving_fields(capsys) -> None:
+    code = main(["plan", LLAMA, "--device", "H100", "--num-devices", "1", "--batch-sizes", "64", "--tpot-slo-ms", "40",
+                 "--chunked-prefill-size", "4096", "--ttft-percentile", "99", "--json"])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["mode"] == "agg" and report["serving"]["chunked_prefill_size"] == 4096
+    best = report["best"]["serving"]
+    assert best["chunked_prefill_size"] == 4096 and best["ttft_p99_ms"] >= best["ttft_mean_ms"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--mode", "split"], "unknown --mode 'split'; valid: agg, disagg, both"),
+    (["--request-rate", "-1"], "--request-rate must be a positive number"),
+    (["--request-rate", "2", "--concurrency", "8"], "give --request-rate or --concurrency, not both"),
+    (["--concurrency", "0"], "--concurrency must be a positive whole number"),
+    (["--chunked-prefill-size", "0"], "--chunked-prefill-size must be a positive number of tokens"),
+    (["--ttft-percentile", "100"], r"--ttft-percentile must be in \[50, 100\)"),
+    (["--length-distribution", "/no/such/file.csv"], "--length-distribution /no/such/file.csv: no such file"),
+    (["--prefill-devices", "x"], "--prefill-devices takes a list"),
+    (["--mode", "disagg", "--disaggregation-transfer-backend", "tcp"],
+     "unknown --disaggregation-transfer-backend 'tcp'; valid: mooncake, nixl"),
+])
+def test_bad_serving_flags_exit_2_naming_the_flag(capsys, argv, message) -> None:
+    import re
+
+    code = main(["plan", LLAMA, "--device", "H100", "--num-devices", "1", *argv])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and re.search(message, err), err

@@ -100,7 +100,7 @@ def m2_plan_row():
 
     started = time.perf_counter()
     request = PlanRequest(model="deepseek-ai/DeepSeek-V3", device="H100", num_devices=(72,), batches=(256 * 72,),
-                          input_length=2000, output_length=100, mode="disagg",
+                          input_length=2000, output_length=100, mode="disagg", speculative=(),  # M2 ran without MTP
                           serving=ServingOptions(prefill_devices=(8, 16, 32), decode_devices=(72,)))
     plan = Planner(request).run().disagg
     decode = plan.best.decode

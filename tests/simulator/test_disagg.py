@@ -196,7 +196,7 @@ def test_m2_decode_pool_throughput_per_gpu_within_20_percent_of_lmsys() -> None:
     """LMSYS 2025-05-05: DeepSeek-V3 decode on 72 H100 (DP72 EP72, DeepEP low-latency, TBO),
     256 requests per GPU at ~2,000 tokens of KV: 2,785 output tok/s per GPU (measured.md M2)."""
     request = PlanRequest(model=DSV3, device="H100", num_devices=(72,), batches=(256 * 72,), input_length=2000,
-                          output_length=100, mode="disagg", serving=ServingOptions(prefill_devices=(16,),
+                          output_length=100, mode="disagg", speculative=(), serving=ServingOptions(prefill_devices=(16,),
                                                                                    decode_devices=(72,)))
     result = Planner(request).run().disagg
     lmsys = next(c for c in result.decode if c.layout == Layout(72, 1, 72, 72, 32) and c.two_batch_overlap)

@@ -231,6 +231,9 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
             raise InfercastError(f"--plot {args.plot} is a folder; give a path stem such as {args.plot.rstrip('/')}"
                                  "/plan (PATH.png and PATH.svg are written)")
         check_writable(args.plot + ".png")
+    from infercast.executor import executor_from_flags
+
+    executor = executor_from_flags(args.executor, args.workers, args.ray_address)
     check(UserInput(**request_fields(args, COST_FIELDS)))
     from infercast.plan import Planner, PlanRequest, launch_commands, plot
 
@@ -254,10 +257,16 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
         **request_fields(args, COST_FIELDS),
     )
     planner = Planner(request)
+    # refreshed by hand: a refresh thread would keep the local pool from forking its workers
     with Progress(TextColumn("sweeping"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
+                  console=Console(stderr=True), transient=True, auto_refresh=False) as bar:
         task = bar.add_task("sweep", total=None)
-        result = planner.run(lambda done, total: bar.update(task, completed=done, total=total))
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+            bar.refresh()
+
+        result = planner.run(progress, executor=executor)
     spec = planner.spec_request
     launch = {}
     if result.best is not None:
@@ -272,7 +281,7 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
             "fits": sum(c.fits for c in result.configs), "meets_slo": sum(c.fits and c.meets_slo for c in result.configs),
             "frontier": [c.to_dict() for c in result.frontier], "best": result.best.to_dict() if result.best else None,
             "closest": [c.to_dict() for c in result.closest], "launch": {k: " ".join(v) for k, v in launch.items()},
-            "plots": plots, "notes": result.notes,
+            "plots": plots, "notes": result.notes, "execution": result.execution,
         }, indent=2))
     else:
         print_plan(result, launch, plots, console)
@@ -290,6 +299,10 @@ def print_plan(result, launch: dict, plots: list[str], console: Console) -> None
                   f"({result.evaluated / max(result.sweep_s, 1e-9) * 60:,.0f} per minute; "
                   f"{result.traces} distinct forwards traced); {sum(c.fits for c in result.configs)} fit, "
                   f"{sum(c.fits and c.meets_slo for c in result.configs)} also meet the targets")
+    if result.execution:
+        from infercast.executor import Execution
+
+        console.print(f"evaluated on: {Execution(**result.execution).describe()}", highlight=False)
     for note in result.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
     rows = result.frontier or result.closest
@@ -339,6 +352,14 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", default=None, metavar="PATH",
                    help="write the frontier plot to PATH.png and PATH.svg (a path stem, not a folder)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    g = p.add_argument_group("execution")
+    g.add_argument("--executor", default=None, choices=("local", "serial", "ray"),
+                   help="local: a process pool on this machine (default); serial: this process only; ray: Ray tasks "
+                        "(needs infercast[ray])")
+    g.add_argument("--workers", type=_int, default=None, metavar="N",
+                   help="processes of the local pool, or CPUs of a local Ray runtime (default: all cores)")
+    g.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="run on the Ray cluster at ADDR (auto, HOST:PORT or ray://HOST:PORT); implies --executor ray")
 
 
 def _write(path: str, text: str) -> None:

@@ -116,6 +116,8 @@ class PlanResult:
     traces: int
     request: PlanRequest = field(repr=False)
     notes: list[str] = field(default_factory=list)
+    execution: dict[str, Any] = field(default_factory=dict)
+    """What evaluated the grid (:class:`infercast.executor.Execution` as a dict)."""
 
 
 def layouts(num_devices: int, *, num_heads: int, num_experts: int | None) -> list[Layout]:
@@ -296,14 +298,15 @@ class Planner:
             raise InfercastError(f"no valid layout for {self.request.model} on {self.request.num_devices} devices")
         return points
 
-    def run(self, progress: Callable[[int, int], None] | None = None) -> PlanResult:
+    def run(self, progress: Callable[[int, int], None] | None = None, executor: Any = None) -> PlanResult:
+        """Evaluate the grid; ``executor`` (:mod:`infercast.executor`) spreads it over processes
+        or Ray tasks with the same results; default: this process."""
+        from infercast.executor import SerialExecutor
+
         started = time.perf_counter()
         points = self.grid()
-        configs = []
-        for i, point in enumerate(points):
-            configs.append(self.evaluate(*point))
-            if progress is not None:
-                progress(i + 1, len(points))
+        executor = executor or SerialExecutor()
+        configs = executor.evaluate(self, points, progress)
         usable = [c for c in configs if c.fits and c.meets_slo]
         frontier = pareto(usable)
         best = max(frontier, key=lambda c: c.tokens_per_s_per_device) if frontier else None
@@ -316,7 +319,7 @@ class Planner:
                      f"(input + half the output); memory holds input + output per request; TTFT is one request's "
                      f"prefill alone")
         return PlanResult(configs, frontier, best, closest, len(configs), time.perf_counter() - started,
-                          self.traces, self.request, notes)
+                          self.traces, self.request, notes, executor.execution.to_dict())
 
 
 # ------------------------------------------------------------------------------ launch commands

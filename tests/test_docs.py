@@ -112,8 +112,8 @@ def test_the_simulate_json_schema_is_generated_and_documented() -> None:
         "name", "count", "total_ms", "share", "bound", "source", "origin"}
 
 
-@pytest.mark.parametrize("flag", ["--executor", "--workers", "--ray-address"])
-def test_plan_execution_flags_are_documented(flag: str) -> None:
+@pytest.mark.parametrize("flag", ["--executor", "--workers", "--ray-address", "--report"])
+def test_plan_execution_and_report_flags_are_documented(flag: str) -> None:
     from infercast.cli import build_parser
 
     parser = build_parser()

@@ -231,6 +231,8 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
             raise InfercastError(f"--plot {args.plot} is a folder; give a path stem such as {args.plot.rstrip('/')}"
                                  "/plan (PATH.png and PATH.svg are written)")
         check_writable(args.plot + ".png")
+    if args.report:
+        check_report_path(args.report)
     from infercast.executor import executor_from_flags
 
     executor = executor_from_flags(args.executor, args.workers, args.ray_address)
@@ -272,6 +274,10 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
     if result.best is not None:
         launch = launch_commands(request, result.best, planner.device.devices_per_node, spec)
     plots = plot(result, args.plot) if args.plot else []
+    if args.report:
+        from infercast.report_html import write_report
+
+        write_report(result, planner, args.report)
     if args.json:
         print(json.dumps({
             "model": request.model, "device": request.device, "num_devices": list(request.num_devices),
@@ -281,10 +287,12 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
             "fits": sum(c.fits for c in result.configs), "meets_slo": sum(c.fits and c.meets_slo for c in result.configs),
             "frontier": [c.to_dict() for c in result.frontier], "best": result.best.to_dict() if result.best else None,
             "closest": [c.to_dict() for c in result.closest], "launch": {k: " ".join(v) for k, v in launch.items()},
-            "plots": plots, "notes": result.notes, "execution": result.execution,
+            "plots": plots, "report": args.report, "notes": result.notes, "execution": result.execution,
         }, indent=2))
     else:
         print_plan(result, launch, plots, console)
+        if args.report:
+            console.print(f"report: {args.report}", highlight=False)
     return 0 if result.best is not None else 1
 
 
@@ -351,6 +359,9 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"speculative settings besides 'off': S-K-N triples or sS chains (default {DEFAULT_SPEC_GRID})")
     p.add_argument("--plot", default=None, metavar="PATH",
                    help="write the frontier plot to PATH.png and PATH.svg (a path stem, not a folder)")
+    p.add_argument("--report", default=None, metavar="FILE.html",
+                   help="write a self-contained HTML report: frontier (hover for launch commands), aggregated vs "
+                        "disaggregated, op breakdown of the chosen configuration (needs plotly: infercast[report])")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     g = p.add_argument_group("execution")
     g.add_argument("--executor", default=None, choices=("local", "serial", "ray"),
@@ -360,6 +371,19 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
                    help="processes of the local pool, or CPUs of a local Ray runtime (default: all cores)")
     g.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="run on the Ray cluster at ADDR (auto, HOST:PORT or ray://HOST:PORT); implies --executor ray")
+
+
+def check_report_path(path: str) -> None:
+    """Fail before the sweep when ``--report`` is not a writable .html file or plotly is missing."""
+    import importlib.util
+
+    if not path.lower().endswith((".html", ".htm")):
+        raise InfercastError(f"--report {path}: give a file name ending in .html (a self-contained page)")
+    check_writable(path)
+    if importlib.util.find_spec("plotly") is None:
+        from infercast.report_html import REPORT_INSTALL
+
+        raise InfercastError(f"--report needs plotly, which is not installed: {REPORT_INSTALL}")
 
 
 def _write(path: str, text: str) -> None:

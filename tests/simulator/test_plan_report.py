@@ -17,7 +17,7 @@ import pytest
 
 from infercast.cli import build_parser, main
 from infercast.plan import Planner, pareto
-from infercast.report_html import breakdown, mode_of, op_kind, render, simulate_input, write_report
+from infercast.report_html import breakdown, mode_of, op_kind, render, simulate_input, spec_of, write_report
 from infercast.request import UserInput
 
 from .test_plan import SMALL
@@ -51,7 +51,7 @@ def test_the_breakdown_is_the_chosen_configuration_as_simulate_prices_it(planned
     argv = found.command.split()[1:]
     args = build_parser().parse_args(argv)
     user = UserInput(**{f: getattr(args, f) for f in UserInput.__dataclass_fields__})
-    assert user == simulate_input(REQUEST, result.best) and args.show_ops == 20
+    assert user == simulate_input(REQUEST, result.best, spec_of(planner, result.best)) and args.show_ops == 20
 
 
 def test_speculative_rows_are_grouped_by_forward(planned) -> None:
@@ -60,7 +60,9 @@ def test_speculative_rows_are_grouped_by_forward(planned) -> None:
     found = breakdown(replace(result, best=spec), planner)
     assert found.tpot_ms == pytest.approx(spec.tpot_ms, rel=1e-6)
     assert {"verify: gemm", "draft: gemm", "extend: gemm", "host"} <= set(found.kinds)
-    assert "--speculative-num-draft-tokens" in found.command and "--acceptance-rates 0.8,0.7,0.6,0.5" in found.command
+    # the accept length the planner resolved from the per-position rates at this setting
+    assert f"--accept-length {spec.accept_length!r}" in found.command and "--speculative-num-draft-tokens" in found.command
+    assert found.acceptance == "per-position rates 0.8, 0.7, 0.6, 0.5"
     row = next(r for r in found.rows if r.name.startswith("gemm (verify."))
     assert op_kind(row) == "verify: gemm"
 

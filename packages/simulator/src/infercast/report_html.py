@@ -59,11 +59,22 @@ class Breakdown:
     rows: list[Any]
     kinds: dict[str, float] = field(default_factory=dict)
     """Milliseconds per op kind (``op`` or ``forward: op`` in a speculative cycle; ``host``)."""
+    acceptance: str = ""
+    """Where the accept length of a speculative configuration comes from."""
 
 
-def simulate_input(request: Any, config: Any) -> Any:
+def spec_of(planner: Any, config: Any) -> Any:
+    """The resolved speculative setup ``config`` runs (draft, acceptance), None without one."""
+    if config.spec is None:
+        return None
+    spec_for = getattr(planner, "spec_for", None)  # planners that sweep several setups
+    return spec_for(config) if spec_for is not None else planner.spec_request
+
+
+def simulate_input(request: Any, config: Any, spec: Any = None) -> Any:
     """The :class:`~infercast.request.UserInput` of ``config``'s decode step at the planner's
-    context (input + half the output)."""
+    context (input + half the output); ``spec`` (:func:`spec_of`) gives the speculative
+    setup, its acceptance passed as the accept length the planner resolved at this setting."""
     from infercast.request import UserInput
 
     layout = config.layout
@@ -74,14 +85,11 @@ def simulate_input(request: Any, config: Any) -> Any:
         quantize_linear_action=config.quantization, kv_cache_dtype=request.kv_cache_dtype, engine=request.engine,
         engine_version=request.engine_version, calibration=request.calibration, cost_model=request.cost_model,
         expert_imbalance=request.expert_imbalance)
-    if config.spec is not None and request.speculative is not None:
-        spec = request.speculative
-        given = {f.name: getattr(spec, f.name) for f in fields(spec)
-                 if f.name.startswith(("speculative_", "accept")) and getattr(spec, f.name) is not None}
-        given["speculative_algorithm"] = spec.speculative_algorithm or "MTP"
-        user = replace(user, **given, speculative_num_steps=config.spec.num_steps,
-                       speculative_eagle_topk=config.spec.topk,
-                       speculative_num_draft_tokens=config.spec.num_draft_tokens)
+    if config.spec is not None and spec is not None:
+        user = replace(user, speculative_algorithm=spec.algorithm, speculative_draft_model=spec.draft_model,
+                       speculative_num_steps=config.spec.num_steps, speculative_eagle_topk=config.spec.topk,
+                       speculative_num_draft_tokens=config.spec.num_draft_tokens,
+                       accept_length=config.accept_length)
     return user
 
 
@@ -114,14 +122,15 @@ def breakdown(result: Any, planner: Any) -> Breakdown | None:
     config = result.best or (result.closest[0] if result.closest else None)
     if config is None:
         return None
-    user = simulate_input(result.request, config)
+    spec = spec_of(planner, config)
+    user = simulate_input(result.request, config, spec)
     sim = simulate(user, manager=planner.manager)
     kinds: dict[str, float] = defaultdict(float)
     for row in sim.ops:
         kinds[op_kind(row)] += row.total_ms
     ordered = dict(sorted(kinds.items(), key=lambda kv: kv[1], reverse=True))
     return Breakdown(config, command_line(user) + " --show-ops 20", sim.step_latency_ms, sim.tpot_ms, sim.ops,
-                     ordered)
+                     ordered, spec.acceptance if spec is not None else "")
 
 
 # ------------------------------------------------------------------------------ figures
@@ -135,7 +144,7 @@ def _hover(config: Any, request: Any, planner: Any) -> str:
     from infercast.plan import launch_commands
 
     engine, cmd = next(iter(launch_commands(request, config, planner.device.devices_per_node,
-                                            planner.spec_request).items()))
+                                            spec_of(planner, config)).items()))
     lines = [f"<b>{html.escape(describe(config))}</b>",
              f"TPOT {config.tpot_ms:.2f} ms, TTFT {config.ttft_ms:.1f} ms, accept length {config.accept_length:.2f}",
              f"{config.tokens_per_s_per_device:,.1f} tok/s/device, {config.tokens_per_s_per_user:.1f} tok/s/user, "
@@ -268,7 +277,7 @@ def _config_rows(configs: list[Any], result: Any, planner: Any) -> list[list[str
     rows = []
     for c in configs:
         engine, cmd = next(iter(launch_commands(result.request, c, planner.device.devices_per_node,
-                                                planner.spec_request).items()))
+                                                spec_of(planner, c)).items()))
         mark = "<span class=\"best\">chosen</span>" if c is result.best else (
             f"+{c.violation:.0%}" if c.violation else "")
         rows.append([html.escape(describe(c)), f"{c.accept_length:.2f}", f"{c.tpot_ms:.2f}", f"{c.ttft_ms:.1f}",
@@ -325,7 +334,7 @@ def render(result: Any, planner: Any, found: Breakdown | None = None, why_none: 
     if result.best is not None:
         parts.append("<h3>chosen configuration</h3><pre>" + html.escape("\n\n".join(
             f"{engine}:\n{shlex.join(cmd)}" for engine, cmd in launch_commands(
-                r, result.best, planner.device.devices_per_node, planner.spec_request).items())) + "</pre>")
+                r, result.best, planner.device.devices_per_node, spec_of(planner, result.best)).items())) + "</pre>")
     rows = result.frontier or result.closest
     if rows:
         parts.append("<h3>" + ("frontier" if result.frontier else "no configuration meets the targets; the closest "
@@ -360,7 +369,9 @@ def render(result: Any, planner: Any, found: Breakdown | None = None, why_none: 
         parts.append(
             f"<p>{chosen}, {html.escape(describe(found.config))}, re-simulated: step {found.step_ms:.3f} ms, TPOT "
             f"{found.tpot_ms:.3f} ms (the sweep's {found.config.tpot_ms:.3f} ms"
-            f"{'' if abs(drift) < 0.01 else f', {drift:+.1%}'}). Same rows as:</p><pre>{html.escape(found.command)}"
+            f"{'' if abs(drift) < 0.01 else f', {drift:+.1%}'})"
+            f"{'; acceptance: ' + html.escape(found.acceptance) if found.acceptance else ''}. Same rows as:</p>"
+            f"<pre>{html.escape(found.command)}"
             "</pre>" + _slot("ops"))
         parts.append(_table(["op (module)", "count", "total ms", "share", "bound", "source"],
                             [[html.escape(row.name), str(row.count), f"{row.total_ms:.3f}", f"{row.share:.1%}",

@@ -89,7 +89,7 @@ def simulate_input(request: Any, config: Any, spec: Any = None) -> Any:
         user = replace(user, speculative_algorithm=spec.algorithm, speculative_draft_model=spec.draft_model,
                        speculative_num_steps=config.spec.num_steps, speculative_eagle_topk=config.spec.topk,
                        speculative_num_draft_tokens=config.spec.num_draft_tokens,
-                       accept_length=config.accept_length)
+                       accept_length=float(f"{config.accept_length:.12g}"))  # printable, same to 1e-12
     return user
 
 

@@ -133,3 +133,14 @@ def test_the_simulate_json_schema_is_generated_and_documented() -> None:
     assert schema["properties"]["ttft_ms"]["type"] == ["number", "null"]
     assert set(schema["properties"]["ops"]["items"]["properties"]) == {
         "name", "count", "total_ms", "share", "bound", "source", "origin"}
+
+
+@pytest.mark.parametrize("flag", ["--executor", "--workers", "--ray-address", "--report"])
+def test_plan_execution_and_report_flags_are_documented(flag: str) -> None:
+    from infercast.cli import build_parser
+
+    parser = build_parser()
+    plan = parser._subparsers._group_actions[0].choices["plan"]
+    assert any(flag in action.option_strings for action in plan._actions)
+    assert f"`{flag}" in (ROOT / "docs" / "simulate.md").read_text()
+    assert flag in (ROOT / "README.md").read_text()

@@ -16,7 +16,7 @@ from infercast_adapters import ModelProfile, ModelRef, hookimpl
 from transformers import PretrainedConfig
 
 from infercast.cost import OpCost, register_cost
-from infercast.layers import OPS, SimContext, SimLinear, SimModule
+from infercast.layers import SimContext, SimLinear, SimModule
 from infercast.plugins import new_manager
 from infercast.simulate import UserInput, simulate
 

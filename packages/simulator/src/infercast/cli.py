@@ -264,6 +264,11 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
             raise InfercastError(f"--plot {args.plot} is a folder; give a path stem such as {args.plot.rstrip('/')}"
                                  "/plan (PATH.png and PATH.svg are written)")
         check_writable(args.plot + ".png")
+    if args.report:
+        check_report_path(args.report)
+    from infercast.executor import executor_from_flags
+
+    executor = executor_from_flags(args.executor, args.workers, args.ray_address)
     check(UserInput(**request_fields(args, COST_FIELDS)))
     from infercast.plan import (
         Planner,
@@ -310,10 +315,16 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
         **request_fields(args, COST_FIELDS),
     )
     planner = Planner(request)
+    # refreshed by hand: a refresh thread would keep the local pool from forking its workers
     with Progress(TextColumn("sweeping"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
+                  console=Console(stderr=True), transient=True, auto_refresh=False) as bar:
         task = bar.add_task("sweep", total=None)
-        result = planner.run(lambda done, total: bar.update(task, completed=done, total=total))
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+            bar.refresh()
+
+        result = planner.run(progress, executor=executor)
     launch, notes = {}, []
     if result.best is not None:
         launch = launch_commands(request, result.best, planner.device.devices_per_node, planner.spec_for(result.best))
@@ -324,6 +335,10 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
 
         disagg_launch = disagg_commands(planner, result.disagg.best)
     plots = plot(result, args.plot) if args.plot and result.configs else []
+    if args.report:
+        from infercast.report_html import write_report
+
+        write_report(result, planner, args.report)
     if args.json:
         print(json.dumps({
             "mode": request.mode, "serving": serving_json(request),
@@ -335,7 +350,8 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
             "fits": sum(c.fits for c in result.configs), "meets_slo": sum(c.fits and c.meets_slo for c in result.configs),
             "frontier": [c.to_dict() for c in result.frontier], "best": result.best.to_dict() if result.best else None,
             "closest": [c.to_dict() for c in result.closest], "launch": {k: " ".join(v) for k, v in launch.items()},
-            "launch_notes": notes, "plots": plots, "notes": result.notes,
+            "launch_notes": notes, "plots": plots, "report": args.report, "notes": result.notes,
+            "execution": result.execution,
         }, indent=2))
     else:
         if result.configs:
@@ -344,6 +360,8 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
             print_header(result, console)
         if result.disagg is not None:
             print_disagg(result, disagg_launch, console)
+        if args.report:
+            console.print(f"report: {args.report}", highlight=False)
     found = result.best is not None or (result.disagg is not None and result.disagg.best is not None)
     return 0 if found else 1
 
@@ -482,6 +500,10 @@ def print_plan(result, launch: dict, plots: list[str], console: Console, launch_
                   f"({result.evaluated / max(result.sweep_s, 1e-9) * 60:,.0f} per minute; "
                   f"{result.traces} distinct forwards traced); {sum(c.fits for c in result.configs)} fit, "
                   f"{sum(c.fits and c.meets_slo for c in result.configs)} also meet the targets")
+    if result.execution:
+        from infercast.executor import Execution
+
+        console.print(f"evaluated on: {Execution(**result.execution).describe()}", highlight=False)
     for note in result.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
     rows = result.frontier or result.closest
@@ -538,7 +560,31 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
                         "an EAGLE3 draft or MTP layers, as its adapter offers them; `infercast models` lists them)")
     p.add_argument("--plot", default=None, metavar="PATH",
                    help="write the frontier plot to PATH.png and PATH.svg (a path stem, not a folder)")
+    p.add_argument("--report", default=None, metavar="FILE.html",
+                   help="write a self-contained HTML report: frontier (hover for launch commands), aggregated vs "
+                        "disaggregated, op breakdown of the chosen configuration (needs plotly: infercast[report])")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    g = p.add_argument_group("execution")
+    g.add_argument("--executor", default=None, choices=("local", "serial", "ray"),
+                   help="local: a process pool on this machine (default); serial: this process only; ray: Ray tasks "
+                        "(needs infercast[ray])")
+    g.add_argument("--workers", type=_int, default=None, metavar="N",
+                   help="processes of the local pool, or CPUs of a local Ray runtime (default: all cores)")
+    g.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="run on the Ray cluster at ADDR (auto, HOST:PORT or ray://HOST:PORT); implies --executor ray")
+
+
+def check_report_path(path: str) -> None:
+    """Fail before the sweep when ``--report`` is not a writable .html file or plotly is missing."""
+    import importlib.util
+
+    if not path.lower().endswith((".html", ".htm")):
+        raise InfercastError(f"--report {path}: give a file name ending in .html (a self-contained page)")
+    check_writable(path)
+    if importlib.util.find_spec("plotly") is None:
+        from infercast.report_html import REPORT_INSTALL
+
+        raise InfercastError(f"--report needs plotly, which is not installed: {REPORT_INSTALL}")
 
 
 def _write(path: str, text: str) -> None:

@@ -11,6 +11,7 @@ tokens, the draft forwards of settings with the same topk.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -139,6 +140,8 @@ class PlanResult:
     notes: list[str] = field(default_factory=list)
     disagg: Any = None
     """:class:`infercast.disagg.DisaggResult` with ``--mode disagg`` or ``both``."""
+    execution: dict[str, Any] = field(default_factory=dict)
+    """What evaluated the aggregated (or static) grid (:class:`infercast.executor.Execution` as a dict)."""
 
 
 def layouts(num_devices: int, *, num_heads: int, num_experts: int | None) -> list[Layout]:
@@ -313,6 +316,23 @@ class Planner:
 
     # ------------------------------------------------------------------ one configuration
 
+    @functools.cached_property
+    def pricer(self) -> Any:
+        """The :class:`infercast.agg.StepPricer` of this planner: whole serving steps, each shape
+        priced once, shared by the aggregated grid and the disaggregated pools."""
+        from infercast.agg import StepPricer
+
+        return StepPricer(self)
+
+    def evaluate_point(self, layout: Layout, quant: str | None, batch: int, spec: SpecChoice | None) -> Config:
+        """One grid point under the request's mode: the static view (:meth:`evaluate`), or
+        continuous batching with chunked prefill (:func:`infercast.agg.evaluate_agg`)."""
+        if self.request.mode == "static":
+            return self.evaluate(layout, quant, batch, spec)
+        from infercast.agg import evaluate_agg
+
+        return evaluate_agg(self, self.pricer, layout, quant, batch, spec)
+
     def evaluate(self, layout: Layout, quant: str | None, batch: int, spec: SpecChoice | None) -> Config:
         from infercast.speculative import cycle_forwards, weight_bytes
 
@@ -367,21 +387,16 @@ class Planner:
             raise InfercastError(f"no valid layout for {self.request.model} on {self.request.num_devices} devices")
         return points
 
-    def run(self, progress: Callable[[int, int], None] | None = None) -> PlanResult:
+    def run(self, progress: Callable[[int, int], None] | None = None, executor: Any = None) -> PlanResult:
+        """Evaluate the grid; ``executor`` (:mod:`infercast.executor`) spreads it over processes
+        or Ray tasks with the same results; default: this process."""
+        from infercast.executor import SerialExecutor
+
         started = time.perf_counter()
         mode = self.request.mode
         points = self.grid() if mode != "disagg" else []
-        evaluate = self.evaluate
-        if mode in ("agg", "both"):
-            from infercast.agg import StepPricer, evaluate_agg
-
-            pricer = StepPricer(self)
-            evaluate = lambda *point: evaluate_agg(self, pricer, *point)  # noqa: E731
-        configs = []
-        for i, point in enumerate(points):
-            configs.append(evaluate(*point))
-            if progress is not None:
-                progress(i + 1, len(points))
+        executor = executor or SerialExecutor()
+        configs = executor.evaluate(self, points, progress) if points else []
         disagg = None
         if mode in ("disagg", "both"):
             from infercast.disagg import plan_disagg
@@ -416,7 +431,8 @@ class Planner:
 
             notes += serving_notes(self, disagg)
         return PlanResult(configs, frontier, best, closest, len(configs) + (disagg.evaluated if disagg else 0),
-                          time.perf_counter() - started, self.traces, self.request, notes, disagg)
+                          time.perf_counter() - started, self.traces, self.request, notes, disagg,
+                          executor.execution.to_dict() if points else {})
 
 
 # ------------------------------------------------------------------------------ launch commands

@@ -98,17 +98,41 @@ class SimModule(nn.Module):
                     yield f"{prefix}.{name}".lstrip("."), tensor
 
     def weight_bytes(self) -> int:
-        """Bytes of the distinct weight tensors (a tied matrix is stored once)."""
-        unique = {id(t): t for _, t in self.all_weights()}
-        return sum(t.numel() * t.element_size() for t in unique.values())
+        """Bytes of the distinct weight tensors (a tied matrix is stored once); computed once,
+        like :meth:`weight_ids`."""
+        if "_weight_bytes" not in self.__dict__:
+            unique = {id(t): t for _, t in self.all_weights()}
+            self.__dict__["_weight_bytes"] = sum(t.numel() * t.element_size() for t in unique.values())
+        return self.__dict__["_weight_bytes"]
 
     def total_logical_params(self) -> int:
         return sum(m.logical_params for m in self.modules() if isinstance(m, SimModule))
 
     def signature(self) -> tuple:
-        """Identical signatures trace identically (same classes, same per-rank shapes)."""
-        return tuple((type(m).__name__, tuple((n, tuple(t.shape), t.dtype) for n, t in m.weights.items()))
-                     for m in self.modules() if isinstance(m, SimModule))
+        """Identical signatures trace identically (same classes, same per-rank shapes).
+        Computed once, like :meth:`weight_ids`."""
+        if "_signature" not in self.__dict__:
+            self.__dict__["_signature"] = tuple(
+                (type(m).__name__, tuple((n, tuple(t.shape), t.dtype) for n, t in m.weights.items()))
+                for m in self.modules() if isinstance(m, SimModule))
+        return self.__dict__["_signature"]
+
+    def weight_ids(self) -> frozenset[int]:
+        """The ids of every weight tensor under this module, MLA's absorbed ``w_kc``/``w_vc``
+        views included: what a trace tells apart from activations. Computed once (a built
+        model's weights are all made in its constructors); a trace of a large model would
+        otherwise spend a third of its time walking the module tree."""
+        if "_weight_ids" not in self.__dict__:
+            ids = {id(t) for _, t in self.all_weights()}
+            ids |= {id(getattr(m, a)) for m in self.modules() for a in ("w_kc", "w_vc") if hasattr(m, a)}
+            self.__dict__["_weight_ids"] = frozenset(ids)
+        return self.__dict__["_weight_ids"]
+
+    def module_names(self) -> dict[int, str]:
+        """Qualified name of every submodule by id (computed once)."""
+        if "_module_names" not in self.__dict__:
+            self.__dict__["_module_names"] = {id(m): n for n, m in self.named_modules()}
+        return self.__dict__["_module_names"]
 
 
 def _shard(size: int, parts: int, what: str) -> int:

@@ -145,8 +145,7 @@ class SimDraft(SimModule):
 
 
 def trace_draft(draft: SimDraft, tokens: int, logits_rows: int) -> list[OpRecord]:
-    weight_ids = {id(t) for _, t in draft.all_weights()} | {id(draft.shared_embedding)}
-    weight_ids |= {id(getattr(m, a)) for m in draft.modules() for a in ("w_kc", "w_vc") if hasattr(m, a)}
+    weight_ids = draft.weight_ids() | {id(draft.shared_embedding)}
     stack: list[str] = []
     recorder = _Recorder(weight_ids, stack)
     with _module_paths(draft, stack), recorder:

@@ -113,7 +113,7 @@ class _Recorder(TorchDispatchMode):
 
 @contextlib.contextmanager
 def _module_paths(model: nn.Module, stack: list[str]) -> Iterator[None]:
-    names = {id(m): n for n, m in model.named_modules()}
+    names = model.module_names()
 
     def pre(module, args):
         stack.append(names.get(id(module), stack[-1] if stack else ""))
@@ -138,10 +138,8 @@ def trace(model: nn.Module, tokens: int, *, every_layer: bool = False, images: i
     for each of them, unless ``every_layer``. With ``images``, the vision tower first encodes
     that many images of ``patches_per_image`` patches (its blocks are identical: traced once).
     """
-    weight_ids = {id(t) for _, t in model.all_weights()}
-    weight_ids |= {id(getattr(m, a)) for m in model.modules() for a in ("w_kc", "w_vc") if hasattr(m, a)}
     stack: list[str] = []
-    recorder = _Recorder(weight_ids, stack)
+    recorder = _Recorder(model.weight_ids(), stack)
     hidden = model.embed_tokens.weights["weight"].shape[1]
     groups: dict[tuple, list[SimDecoderLayer]] = {}
     for layer in model.layers:

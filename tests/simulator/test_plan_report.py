@@ -83,7 +83,10 @@ def test_the_page_holds_hover_commands_and_says_when_one_mode_is_planned(planned
     page = render(result, planner, found)
     assert page.count("<script") == 1 + 2 and page.count("Plotly.newPlot(") == 2  # plotly.js inline, two figures
     assert not re.search(r"<script[^>]*\bsrc=", page)  # nothing fetched: opens offline
-    assert "This plan holds aggregated configurations only" in page
+    assert "This plan holds aggregated configurations only" in page and "disaggregated deployments" not in page
+    fits = [c for c in result.configs if c.fits]
+    assert (f"{len(result.configs)} aggregated configurations, {len(fits)} fit, "
+            f"{sum(c.meets_slo for c in fits)} also meet the targets") in page
     assert "--max-running-requests" in page and "launch_server" in page
     assert f"fits, speculative ({sum(c.fits and c.spec is not None for c in result.configs)})" in page
     assert f"Pareto frontier (fits and meets the targets) ({len(result.frontier)})" in page
@@ -94,6 +97,8 @@ def test_aggregated_and_disaggregated_are_compared_when_both_are_planned(planned
     d = result.disagg
     page = render(result, planner, found)
     assert "nothing to compare" not in page and page.count("Plotly.newPlot(") == 3
+    assert (f"{len(d.configs)} disaggregated deployments balanced, {sum(c.meets_slo for c in d.configs)} meet the "
+            "targets") in page
     fits = sum(c.fits for c in result.configs)
     assert f"aggregated: fits ({fits})" in page and f"disaggregated: deployments ({len(d.configs)})" in page
     assert f"aggregated: frontier ({len(result.frontier)})" in page

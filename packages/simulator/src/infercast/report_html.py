@@ -350,6 +350,20 @@ CONFIG_HEADERS = ["configuration", "accept", "TPOT ms", "TTFT ms", "tok/s/user",
                   "launch commands"]
 
 
+def _counts(result: Any) -> list[str]:
+    """What the sweep found, per serving side it planned."""
+    counts = []
+    if result.request.mode != "disagg":
+        fits = [c for c in result.configs if c.fits]
+        counts.append(f"{len(result.configs)} {'aggregated' if result.request.mode != 'static' else 'static'} "
+                      f"configurations, {len(fits)} fit, {sum(c.meets_slo for c in fits)} also meet the targets")
+    if result.disagg is not None:
+        d = result.disagg
+        counts.append(f"{len(d.configs)} disaggregated deployments balanced, {sum(c.meets_slo for c in d.configs)} "
+                      "meet the targets")
+    return counts
+
+
 def _launch_block(planner: Any, config: Any) -> str:
     return "<pre>" + html.escape("\n\n".join(f"{engine}:\n" + "\n".join(shlex.join(cmd) for cmd in commands)
                                              for engine, commands in launch_of(planner, config).items())) + "</pre>"
@@ -378,8 +392,7 @@ def render(result: Any, planner: Any, found: Breakdown | None = None, why_none: 
         f"{r.output_length} tokens; {slo or 'no latency targets'}; engine {html.escape(r.engine)}"
         f"{' ' + html.escape(r.engine_version) if r.engine_version else ''}; KV cache {html.escape(r.kv_cache_dtype)}."
         f"<br>{result.evaluated} configurations in {result.sweep_s:.2f} s ({rate:,.0f} per minute; {result.traces} "
-        f"forwards traced), {len(fits)} fit, {sum(c.fits and c.meets_slo for c in result.configs)} also meet the "
-        f"targets.</p>")
+        f"forwards traced): {'; '.join(_counts(result))}.</p>")
     if result.execution:
         from infercast.executor import Execution
 

@@ -40,15 +40,26 @@ def _tokens_per_gpu(accept_length: float = 1.0) -> Callable[[SimResult], float]:
     return read
 
 
+# M1's lengths as the benchmark drew them: sglang.bench_serving's random dataset with its default
+# --random-range-ratio 0 draws each prompt's input and output length uniformly from [1, 1000]; the
+# run's 10 prompts had 6,101 input and 4,220 output tokens (sgl-cookbook, Kimi-K2.5, "Speed
+# Benchmark"). TTFT is near-linear in the prompt length here (81.4 ms at the mean, 610 tokens;
+# the mean over 100, 305, 610, 915 and 1,000 tokens is 83.9 ms), so the mean length stands for the
+# ten; TPOT is a mean over requests, each at about its input + half its output of context.
+M1_INPUT = round(6101 / 10)
+M1_CONTEXT = M1_INPUT + round(4220 / 10 / 2)
+
 POINTS = [
     Point("M1", "TTFT", 176.9, "ms",
           UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=8, num_queries=1,
-                    query_length=1024),
-          lambda r: r.ttft_ms, "prefill", 0.15, "1K-token prompt, concurrency 1"),
+                    query_length=M1_INPUT),
+          lambda r: r.ttft_ms, "prefill", 0.15,
+          f"concurrency 1; prompts of {M1_INPUT} tokens, the run's mean (lengths uniform in 1-1000)"),
     Point("M1", "TPOT", 9.22, "ms",
           UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=8, num_queries=1,
-                    decode=True, context_length=1536),
-          lambda r: r.tpot_ms, "decode", 0.15, "context 1536 = 1K prompt + half of the 1K output"),
+                    decode=True, context_length=M1_CONTEXT),
+          lambda r: r.tpot_ms, "decode", 0.15,
+          f"context {M1_CONTEXT} = the run's mean prompt {M1_INPUT} + half its mean output 422"),
     Point("M2", "output tok/s per GPU", 2785.0, "tok/s",
           UserInput(model="deepseek-ai/DeepSeek-V3", device="H100", num_devices=72, tp_size=1, dp_size=72,
                     ep_size=72, ep_num_redundant_experts=32, two_batch_overlap=True, num_queries=256 * 72,
@@ -59,6 +70,30 @@ POINTS = [
                     num_queries=32 * 16, decode=True, num_mtp_tokens=1, accept_length=1.85, context_length=4096),
           lambda r: r.throughput_tokens_per_s_per_device, "decode", 0.10,
           "MTP 1 step (2 draft tokens verified), published accept length 1.85; the MTP layer priced as a draft"),
+]
+
+# The same page's other concurrency-1 runs of M1's deployment (same server, same sglang 0.5.6.post2,
+# same sampling of lengths): 1K in / 8K out (10 prompts: 6,101 in, 44,462 out) and 8K in / 1K out
+# (41,941 in, 4,220 out). Not in measured.md; they show how TTFT and TPOT grow with context there.
+M1_LONG = [
+    Point("M1-1K/8K", "TTFT", 206.17, "ms",
+          UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=8, num_queries=1,
+                    query_length=M1_INPUT),
+          lambda r: r.ttft_ms, "prefill", 0.15, f"as M1: prompts of {M1_INPUT} tokens (the run's mean)"),
+    Point("M1-1K/8K", "TPOT", 14.36, "ms",
+          UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=8, num_queries=1,
+                    decode=True, context_length=M1_INPUT + round(44462 / 10 / 2)),
+          lambda r: r.tpot_ms, "decode", 0.15,
+          f"context {M1_INPUT + round(44462 / 10 / 2)} = mean prompt {M1_INPUT} + half the mean output 4,446"),
+    Point("M1-8K/1K", "TTFT", 1625.64, "ms",
+          UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=8, num_queries=1,
+                    query_length=round(41941 / 10)),
+          lambda r: r.ttft_ms, "prefill", 0.15, f"prompts of {round(41941 / 10)} tokens (the run's mean)"),
+    Point("M1-8K/1K", "TPOT", 24.95, "ms",
+          UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=8, num_queries=1,
+                    decode=True, context_length=round(41941 / 10) + round(4220 / 10 / 2)),
+          lambda r: r.tpot_ms, "decode", 0.15,
+          f"context {round(41941 / 10) + round(4220 / 10 / 2)} = mean prompt 4,194 + half the mean output 422"),
 ]
 
 # M4: Llama-3.1-8B with its EAGLE-3 draft, chain of 3 (s3 k1 n4), 1 x H100. The paper gives no
@@ -123,15 +158,20 @@ def main() -> int:
                    "sim wall s", "setting"):
         table.add_column(column, overflow="fold")
     errors: dict[str, list[float]] = {"prefill": [], "decode": []}
-    for point in POINTS:
+    long_errors: dict[str, list[float]] = {"prefill": [], "decode": []}
+
+    def add_point(point: Point, into: dict[str, list[float]]) -> None:
         result = simulate(point.user)
         simulated = point.read(result)
         error = (simulated - point.measured) / point.measured
-        errors[point.kind].append(abs(error))
+        into[point.kind].append(abs(error))
         tables, host = shares(result)
         table.add_row(point.id, point.metric, f"{point.measured:g} {point.unit}", f"{simulated:.2f} {point.unit}",
                       f"{error:+.1%}", f"±{point.bar:.0%}", "yes" if abs(error) <= point.bar else "[red]no[/red]",
                       f"{tables:.0%}", f"{host:.0%}", f"{result.simulation_wall_s:.2f}", point.note)
+
+    for point in POINTS:
+        add_point(point, errors)
     for batch, measured, simulated, tau, result in m4_rows():
         error = (simulated - measured) / measured
         fitted = batch == 2
@@ -149,9 +189,17 @@ def main() -> int:
     table.add_row("M2", "plan --mode disagg: decode tok/s per GPU", "2785 tok/s", f"{simulated:.2f} tok/s",
                   f"{error:+.1%}", f"±{M2_PLAN_BAR:.0%}", "yes" if abs(error) <= M2_PLAN_BAR else "[red]no[/red]",
                   "-", "-", f"{wall:.2f}", what)
+    table.add_section()
+    for point in M1_LONG:
+        add_point(point, long_errors)
     console.print(table)
     for kind, values in errors.items():
-        console.print(f"median |error| over the {kind} points: {statistics.median(values):.1%} ({len(values)} points)")
+        console.print(f"median |error| over the {kind} points M1-M4: {statistics.median(values):.1%} "
+                      f"({len(values)} points)")
+    for kind in errors:
+        values = errors[kind] + long_errors[kind]
+        console.print(f"median |error| over the {kind} points with M1's other runs: {statistics.median(values):.1%} "
+                      f"({len(values)} points)")
     return 0
 
 

@@ -122,6 +122,20 @@ def test_cli_plan_prints_frontier_writes_plot_and_json(tmp_path, capsys) -> None
     assert "<svg" in (tmp_path / "frontier.svg").read_text()
 
 
+def test_plan_json_is_strict_where_a_queue_never_drains(capsys) -> None:
+    """1,000 requests/s swamp one H100: the TTFT of its queue does not exist; JSON says null, not Infinity."""
+    main(["plan", "meta-llama/Llama-3.1-8B-Instruct", "--device", "H100", "--num-devices", "1", "--batch-sizes",
+          "1,64", "--tpot-slo-ms", "10", "--request-rate", "1000", "--mode", "both", "--no-speculative", "--json"])
+
+    def refuse(constant: str):
+        raise AssertionError(f"{constant} in the JSON")
+
+    report = json.loads(capsys.readouterr().out, parse_constant=refuse)
+    rows = report["closest"] + report["disagg"]["closest"]
+    assert rows and any(row["ttft_ms"] is None for row in rows)
+    assert all(row["serving"]["stable"] is False for row in report["closest"] if row["ttft_ms"] is None)
+
+
 def test_an_slo_nothing_meets_is_reported_with_the_closest(capsys) -> None:
     code = main(["plan", "meta-llama/Llama-3.1-8B-Instruct", "--device", "H100", "--num-devices", "1",
                  "--batch-sizes", "1,8", "--tpot-slo-ms", "0.5"])

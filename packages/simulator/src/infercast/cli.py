@@ -340,7 +340,9 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
 
         write_report(result, planner, args.report)
     if args.json:
-        print(json.dumps({
+        from infercast.results import strict_json
+
+        print(json.dumps(strict_json({
             "mode": request.mode, "serving": serving_json(request),
             "disagg": disagg_json(result.disagg, disagg_launch),
             "model": request.model, "device": request.device, "num_devices": list(request.num_devices),
@@ -352,7 +354,7 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
             "closest": [c.to_dict() for c in result.closest], "launch": {k: " ".join(v) for k, v in launch.items()},
             "launch_notes": notes, "plots": plots, "report": args.report, "notes": result.notes,
             "execution": result.execution,
-        }, indent=2))
+        }), indent=2, allow_nan=False))
     else:
         if result.configs:
             print_plan(result, launch, plots, console, notes)

@@ -104,7 +104,10 @@ def test_launch_commands_use_documented_flags(small_plan) -> None:
     cmd = sglang_command(SMALL, wide, 8, spec)
     assert cmd[cmd.index("--tp-size") + 1] == "16" and cmd[cmd.index("--dp-size") + 1] == "2"
     assert cmd[cmd.index("--nnodes") + 1] == "2" and cmd[cmd.index("--speculative-num-draft-tokens") + 1] == "4"
-    config = json.loads(vllm_command(SMALL, wide, spec)[vllm_command(SMALL, wide, spec).index("--speculative-config") + 1])
+    vllm = vllm_command(SMALL, wide, spec)
+    # sglang takes the instance's running requests; each of vLLM's 2 DP ranks schedules its own half
+    assert cmd[cmd.index("--max-running-requests") + 1] == "64" and vllm[vllm.index("--max-num-seqs") + 1] == "32"
+    config = json.loads(vllm[vllm.index("--speculative-config") + 1])
     assert config == {"method": "eagle3", "num_speculative_tokens": 3, "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}
 
 

@@ -534,8 +534,10 @@ def vllm_command(request: PlanRequest, config: Config, spec: Any = None) -> list
     cmd += quantization_flags("vllm", config.quantization)[0]
     if request.kv_cache_dtype not in ("bf16", "auto"):
         cmd += ["--kv-cache-dtype", "fp8" if request.kv_cache_dtype.startswith("fp8") else request.kv_cache_dtype]
-    cmd += ["--max-num-seqs", str(config.batch)]
-    if config.serving:  # each vLLM DP rank is an engine of its own: its share of the chunk
+    # each vLLM DP rank is an engine of its own, with its own scheduler: its share of the running
+    # requests and of the chunk (sglang's --max-running-requests and chunk are the instance's)
+    cmd += ["--max-num-seqs", str(-(-config.batch // layout.dp))]
+    if config.serving:
         cmd += ["--max-num-batched-tokens", str(max(1, config.serving["chunked_prefill_size"] // layout.dp))]
     if config.spec is not None:
         method = "eagle3" if spec.draft_model else "deepseek_mtp"

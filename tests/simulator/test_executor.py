@@ -72,6 +72,24 @@ def test_the_parent_shares_the_work_and_small_grids_run_here(serial) -> None:
     assert re.search(r"12 configurations, fewer than \d+", small.execution["reason"])
 
 
+def test_a_planner_with_its_own_devices_is_evaluated_here(monkeypatch) -> None:
+    """Workers rebuild the planner from the request and the installed registries: a planner given
+    its own devices (an H100 with a quarter of its memory) must not be priced with the stock one."""
+    from infercast.devices import DeviceRegistry
+    from infercast.plugins import get_devices
+
+    small = replace(get_devices().get("H100"), memory_bytes=get_devices().get("H100").memory_bytes // 4)
+    own = DeviceRegistry((small,))
+    request = replace(REQUEST, mode="static")
+    serial = Planner(request, devices=own).run()
+    assert sum(c.fits for c in serial.configs) < sum(c.fits for c in Planner(request).run().configs)
+    for run in (ex.LocalExecutor(2, start_method="fork", share=False), ex.RayExecutor()):
+        monkeypatch.setattr(ex, "_start_ray", lambda *a: pytest.fail("Ray started for a planner it cannot rebuild"))
+        result = Planner(request, devices=own).run(executor=run)
+        assert result.configs == serial.configs
+        assert result.execution["executor"] == "serial" and "own plugin manager or devices" in result.execution["reason"]
+
+
 @pytest.mark.slow
 def test_spawned_workers_give_the_serial_numbers(serial) -> None:
     result = Planner(REQUEST).run(executor=ex.LocalExecutor(2, start_method="spawn", share=False))
@@ -118,6 +136,7 @@ def _closed_port() -> int:
     (["--ray-address", "127.0.0.1:99999"], "is not a Ray address"),
     (["--ray-address", "auto", "--workers", "4"], "with --ray-address the cluster's CPUs decide"),
     (["--executor", "threads"], "invalid choice: 'threads'"),
+    (["--mode", "disagg", "--workers", "2"], "--workers spreads the aggregated grid over processes; --mode disagg"),
 ])
 def test_bad_executor_flags_fail_before_the_sweep(capsys, flags, message) -> None:
     argv = ["plan", "meta-llama/Llama-3.1-8B-Instruct", "--device", "H100", *flags]

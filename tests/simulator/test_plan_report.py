@@ -84,6 +84,10 @@ def test_the_page_holds_hover_commands_and_says_when_one_mode_is_planned(planned
     assert page.count("<script") == 1 + 2 and page.count("Plotly.newPlot(") == 2  # plotly.js inline, two figures
     assert not re.search(r"<script[^>]*\bsrc=", page)  # nothing fetched: opens offline
     assert "This plan holds aggregated configurations only" in page and "disaggregated deployments" not in page
+    # the breakdown is the step at the running-request limit; the load's own TPOT is given beside it
+    running = result.best.serving["decode_batch"]
+    assert f"at the running-request limit of {result.best.batch} requests" in page
+    assert f"about {running:.1f} requests decode in a step on average" in page
     fits = [c for c in result.configs if c.fits]
     assert (f"{len(result.configs)} aggregated configurations, {len(fits)} fit, "
             f"{sum(c.meets_slo for c in fits)} also meet the targets") in page
@@ -115,6 +119,25 @@ def test_aggregated_and_disaggregated_are_compared_when_both_are_planned(planned
     assert decode.config is d.best.decode and decode.what.startswith(f"the decode instance of the chosen deployment "
                                                                     f"({d.best.describe()})")
     assert decode.tpot_ms == pytest.approx(d.best.decode.tpot_ms, rel=1e-6)
+
+
+def test_the_simulated_step_keeps_the_layout_s_redundant_expert_slots() -> None:
+    from infercast.plan import Config, Layout
+
+    config = Config(Layout(72, 1, 72, 72, redundant_experts=32), None, 256 * 72, None)
+    user = simulate_input(replace(REQUEST, model="deepseek-ai/DeepSeek-V3"), config)
+    assert (user.ep_size, user.ep_num_redundant_experts, user.dp_size) == (72, 32, 72)
+
+
+def test_a_disaggregated_plan_that_misses_its_targets_breaks_down_the_closest(planned) -> None:
+    planner = Planner(replace(REQUEST, mode="disagg", tpot_slo_ms=1.0))
+    result = planner.run()
+    d = result.disagg
+    assert d.configs and d.best is None and not result.configs
+    found = breakdown(result, planner)
+    closest = min(d.configs, key=lambda c: c.violation)
+    assert found.config is closest.decode and found.what.startswith("the decode instance of the closest deployment")
+    assert "the closest ones" in render(result, planner, found)
 
 
 def test_a_breakdown_that_cannot_be_simulated_is_explained_not_fatal(planned, tmp_path, monkeypatch) -> None:

@@ -178,3 +178,33 @@ def test_no_arguments_simulates_the_default(capsys) -> None:
     assert cli.main([]) == 0
     out = capsys.readouterr().out
     assert "Kimi-K2.5" in out and "TPOT" in out
+
+
+def test_trace_caches_follow_the_module_tree() -> None:
+    """Weight ids, names and signatures are cached per module: a weight added after first use is
+    seen, and a deep copy (new tensors) traces exactly as its original."""
+    import copy
+
+    from infercast.layers import SimModule
+    from infercast.plan import Planner
+    from infercast.trace import trace
+
+    from .test_plan import SMALL
+
+    parent, child = SimModule(), SimModule()
+    parent.child = child
+    first = child.weight("a", (4, 4))
+    assert parent.weight_ids() == {id(first)} and parent.signature()[1] == ("SimModule", (("a", (4, 4), first.dtype),))
+    later = child.weight("b", (2, 4))
+    assert parent.weight_ids() == {id(first), id(later)} and parent.weight_bytes() == (16 + 8) * first.element_size()
+
+    planner = Planner(SMALL)
+    built, _ = planner._model(planner.grid()[0][0], None)
+    records = trace(built.sim, 16)
+    twin = copy.deepcopy(built.sim)
+    assert twin.weight_ids().isdisjoint(built.sim.weight_ids()) and len(twin.weight_ids()) == len(built.sim.weight_ids())
+
+    def view(recs):  # what pricing reads: op, place, count and each tensor's shape, dtype and role
+        return [(r.name, r.path, r.count, [(t.shape, t.dtype, t.role) for t in r.tensors()]) for r in recs]
+
+    assert view(trace(twin, 16)) == view(records) and any(t.role == "weight" for r in records for t in r.tensors())

@@ -268,6 +268,12 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
         check_report_path(args.report)
     from infercast.executor import executor_from_flags
 
+    if args.mode == "disagg":
+        given = [flag for flag, value in (("--executor", args.executor), ("--workers", args.workers),
+                                          ("--ray-address", args.ray_address)) if value is not None]
+        if given:
+            raise InfercastError(f"{given[0]} spreads the aggregated grid over processes; --mode disagg has none (its "
+                                 "prefill and decode pools are priced in this process): drop it, or use --mode both")
     executor = executor_from_flags(args.executor, args.workers, args.ray_address)
     check(UserInput(**request_fields(args, COST_FIELDS)))
     from infercast.plan import (
@@ -437,7 +443,7 @@ def print_header(result: Any, console: Console) -> None:
     slo = ", ".join(f"{name} <= {v:g} ms" for name, v in (("TTFT", r.ttft_slo_ms), ("TPOT", r.tpot_slo_ms)) if v)
     console.print(f"[bold]{r.model}[/bold] on {r.device}; input {r.input_length}, output {r.output_length}; "
                   f"{slo or 'no latency targets'}; {result.evaluated} configurations in {result.sweep_s:.2f} s "
-                  f"({result.traces} distinct forwards traced)")
+                  f"({result.traces} forwards traced)")
     for note in result.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
 
@@ -500,7 +506,7 @@ def print_plan(result, launch: dict, plots: list[str], console: Console, launch_
                   f"output {r.output_length}; {slo or 'no latency targets'}")
     console.print(f"{result.evaluated} configurations in {result.sweep_s:.2f} s "
                   f"({result.evaluated / max(result.sweep_s, 1e-9) * 60:,.0f} per minute; "
-                  f"{result.traces} distinct forwards traced); {sum(c.fits for c in result.configs)} fit, "
+                  f"{result.traces} forwards traced); {sum(c.fits for c in result.configs)} fit, "
                   f"{sum(c.fits and c.meets_slo for c in result.configs)} also meet the targets")
     if result.execution:
         from infercast.executor import Execution

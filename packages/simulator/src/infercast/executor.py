@@ -135,12 +135,12 @@ class LocalExecutor:
         self.execution = Execution("local", self.workers, 0)
 
     def evaluate(self, planner: Any, points: Sequence[tuple], progress: Progress = None) -> list[Any]:
-        reason = _serial_reason(planner, points, self.workers, self.start_method or start_method())
         units = partition(points, self.workers)
-        if not self.share:
-            reason = None
-        elif reason is None and len(units) < 2:
-            reason = "one work unit (one layout and quantization)"
+        reason = own_registries_reason(planner)
+        if reason is None and self.share:
+            reason = _serial_reason(points, self.workers, self.start_method or start_method())
+            if reason is None and len(units) < 2:
+                reason = "one work unit (one layout and quantization)"
         if reason is not None:
             serial = SerialExecutor(f"ran here: {reason}")
             self.execution = serial.execution
@@ -237,18 +237,23 @@ def start_method() -> str:
     return "spawn"
 
 
-def _serial_reason(planner: Any, points: Sequence[tuple], workers: int, method: str) -> str | None:
-    """Why the grid should run in this process, or None."""
-    from infercast.plugins import get_manager
-
+def _serial_reason(points: Sequence[tuple], workers: int, method: str) -> str | None:
+    """Why the grid is better run in this process than on a pool, or None."""
     if workers < 2:
         return "one worker asked for"
     least = MIN_POOL_CONFIGS[method]
     if len(points) < least:
         return (f"{len(points)} configurations, fewer than {least}: starting {method}ed workers would cost more "
                 "than it saves")
-    if planner.manager is not get_manager():
-        return "the planner has its own plugin manager, which worker processes cannot rebuild"
+    return None
+
+
+def own_registries_reason(planner: Any) -> str | None:
+    """Why workers cannot rebuild ``planner`` from its request (None when they can)."""
+    from infercast.plugins import get_manager
+
+    if getattr(planner, "own_registries", False) or planner.manager is not get_manager():
+        return "the planner has its own plugin manager or devices, which worker processes cannot rebuild"
     return None
 
 
@@ -329,6 +334,11 @@ class RayExecutor:
         self.execution = Execution("ray", workers or 0, 0, address=address)
 
     def evaluate(self, planner: Any, points: Sequence[tuple], progress: Progress = None) -> list[Any]:
+        reason = own_registries_reason(planner)
+        if reason is not None:
+            serial = SerialExecutor(f"ran here, not on Ray: {reason}")
+            self.execution = serial.execution
+            return serial.evaluate(planner, points, progress)
         import ray
 
         started = time.perf_counter()

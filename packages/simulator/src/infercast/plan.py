@@ -180,6 +180,9 @@ class Planner:
         from infercast.plugins import get_devices, get_manager, known_model_refs
 
         self.request = request
+        self.own_registries = manager is not None or devices is not None
+        """True when this planner was given its own plugin manager or devices, which worker
+        processes cannot rebuild from the request: its grid then runs in this process."""
         self.manager = manager or get_manager()
         self.device: DeviceSpec = (devices or get_devices()).get(request.device)
         from infercast.routing import check_distribution

@@ -87,7 +87,8 @@ def simulate_input(request: Any, config: Any, spec: Any = None) -> Any:
     layout = config.layout
     user = UserInput(
         model=request.model, device=request.device, num_devices=layout.num_devices, tp_size=layout.tp,
-        dp_size=layout.dp, ep_size=layout.ep, num_queries=config.batch,
+        dp_size=layout.dp, ep_size=layout.ep, ep_num_redundant_experts=layout.redundant_experts,
+        num_queries=config.batch,
         context_length=request.input_length + request.output_length // 2, decode=True,
         quantize_linear_action=config.quantization, kv_cache_dtype=request.kv_cache_dtype, engine=request.engine,
         engine_version=request.engine_version, calibration=request.calibration, cost_model=request.cost_model,
@@ -142,7 +143,19 @@ def chosen(result: Any) -> tuple[Any, str]:
         return disagg.best.decode, f"the decode instance of the chosen deployment ({disagg.best.describe()})"
     if result.closest:
         return result.closest[0], "the closest configuration"
+    if disagg is not None and disagg.configs:
+        closest = min(disagg.configs, key=lambda c: c.violation)
+        return closest.decode, f"the decode instance of the closest deployment ({closest.describe()})"
     return None, ""
+
+
+def nothing_to_break_down(result: Any) -> str:
+    """Why the page has no breakdown, when nothing failed."""
+    disagg = getattr(result, "disagg", None)
+    if disagg is not None and not disagg.configs and not result.configs:
+        return ("No disaggregated deployment could be balanced: no prefill instance serves a positive rate within "
+                "the TTFT target, or no decode instance fits; so there is nothing to break down.")
+    return "No configuration fits, so there is none to break down."
 
 
 def breakdown(result: Any, planner: Any) -> Breakdown | None:
@@ -427,7 +440,10 @@ def render(result: Any, planner: Any, found: Breakdown | None = None, why_none: 
         figures["modes"] = modes_figure(result, hover)
         parts.append("<p>Throughput per device counts every device of a deployment: a disaggregated one's prefill "
                      "and decode instances together. Hover a point for its configuration and launch commands."
-                     "</p>" + _slot("modes"))
+                     + ("" if disagg.configs else " No disaggregated deployment could be balanced (no prefill "
+                        "instance serves a positive rate within the TTFT target, or no decode instance fits): "
+                        "the figure holds the aggregated side alone.")
+                     + "</p>" + _slot("modes"))
         best = [c for c in (result.best, disagg.best) if c is not None]
         if best:
             parts.append("<p>The best of each side (most tokens/s per device that meets the targets):</p>"
@@ -443,14 +459,21 @@ def render(result: Any, planner: Any, found: Breakdown | None = None, why_none: 
 
     parts.append("<h2>Op breakdown of the chosen configuration</h2>")
     if found is None:
-        parts.append(f"<p>{html.escape(why_none or 'No configuration fits, so there is none to break down.')}</p>")
+        parts.append(f"<p>{html.escape(why_none or nothing_to_break_down(result))}</p>")
     else:
         figures["ops"] = ops_figure(found)
         drift = found.tpot_ms / found.sweep_tpot_ms - 1 if found.sweep_tpot_ms else 0.0
-        loaded = (f"; under the plan's load, with prompt chunks sharing its steps, TPOT is {found.config.tpot_ms:.3f} ms"
-                  if getattr(found.config, "serving", None) else "")
+        serving = getattr(found.config, "serving", None)
+        step = f"its decode step at batch {found.config.batch}"
+        loaded = ""
+        if serving:
+            step = f"its decode step at the running-request limit of {found.config.batch} requests"
+            running = serving.get("decode_batch")
+            loaded = ("; under the plan's load " + (f"about {running:.1f} requests decode in a step on average and "
+                                                     if running is not None else "the queue does not drain and ")
+                      + f"prompt chunks share the steps: TPOT {found.config.tpot_ms:.3f} ms")
         parts.append(
-            f"<p>{html.escape(found.what)}, {html.escape(describe(found.config))}: its decode step alone, "
+            f"<p>{html.escape(found.what)}, {html.escape(describe(found.config))}: {step}, alone, "
             f"re-simulated: step {found.step_ms:.3f} ms, TPOT {found.tpot_ms:.3f} ms (the sweep's "
             f"{found.sweep_tpot_ms:.3f} ms{'' if abs(drift) < 0.01 else f', {drift:+.1%}'}{loaded})"
             f"{'; acceptance: ' + html.escape(found.acceptance) if found.acceptance else ''}. Same rows as:</p>"

@@ -471,7 +471,8 @@ def render(result: Any, planner: Any, found: Breakdown | None = None, why_none: 
             running = serving.get("decode_batch")
             loaded = ("; under the plan's load " + (f"about {running:.1f} requests decode in a step on average and "
                                                      if running is not None else "the queue does not drain and ")
-                      + f"prompt chunks share the steps: TPOT {found.config.tpot_ms:.3f} ms")
+                      + ("prompt steps run between the decode steps" if serving.get("policy") == "separate"
+                         else "prompt chunks share the steps") + f": TPOT {found.config.tpot_ms:.3f} ms")
         parts.append(
             f"<p>{html.escape(found.what)}, {html.escape(describe(found.config))}: {step}, alone, "
             f"re-simulated: step {found.step_ms:.3f} ms, TPOT {found.tpot_ms:.3f} ms (the sweep's "

@@ -8,11 +8,11 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 from infercast_adapters import InfercastError
 from infercast_adapters.errors import ConfigError
+from infercast_adapters.jsonsafe import strict_json
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress
@@ -107,18 +107,6 @@ def read_prompts(args: argparse.Namespace, target_ref: str) -> list[list[int]]:
         raise ConfigError(f"text prompts need the target's tokenizer, which could not be loaded from {target_ref!r} "
                           f"({exc}); give input_ids in a .jsonl file instead") from None
     return [item if isinstance(item, list) else tokenizer(item)["input_ids"] for item in items]
-
-
-def strict_json(value: Any) -> Any:
-    """``value`` with every non-finite float (no cycle measured: NaN) as null, so the output
-    is JSON that strict parsers accept."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {key: strict_json(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [strict_json(item) for item in value]
-    return value
 
 
 def _cmd_measure(args: argparse.Namespace, console: Console) -> int:

@@ -346,7 +346,7 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
 
         write_report(result, planner, args.report)
     if args.json:
-        from infercast.results import strict_json
+        from infercast_adapters.jsonsafe import strict_json
 
         print(json.dumps(strict_json({
             "mode": request.mode, "serving": serving_json(request),

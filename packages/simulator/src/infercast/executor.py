@@ -250,9 +250,7 @@ def _serial_reason(points: Sequence[tuple], workers: int, method: str) -> str | 
 
 def own_registries_reason(planner: Any) -> str | None:
     """Why workers cannot rebuild ``planner`` from its request (None when they can)."""
-    from infercast.plugins import get_manager
-
-    if getattr(planner, "own_registries", False) or planner.manager is not get_manager():
+    if planner.own_registries:
         return "the planner has its own plugin manager or devices, which worker processes cannot rebuild"
     return None
 

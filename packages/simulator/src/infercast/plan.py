@@ -180,7 +180,7 @@ class Planner:
         from infercast.plugins import get_devices, get_manager, known_model_refs
 
         self.request = request
-        self.own_registries = manager is not None or devices is not None
+        self.own_registries = (manager is not None and manager is not get_manager()) or devices is not None
         """True when this planner was given its own plugin manager or devices, which worker
         processes cannot rebuild from the request: its grid then runs in this process."""
         self.manager = manager or get_manager()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
@@ -87,18 +86,6 @@ class SimResult:
 
 
 _JSON_TYPES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "None": "null"}
-
-
-def strict_json(value: Any) -> Any:
-    """``value`` with every non-finite float (an unstable queue's TTFT, a violation that has no
-    bound) as ``None``, so that ``json.dumps(..., allow_nan=False)`` writes strict JSON."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: strict_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [strict_json(v) for v in value]
-    return value
 
 
 def _schema_of(annotation: str) -> dict[str, Any]:

@@ -170,11 +170,19 @@ def host_metadata_vision_forward(forward: Callable) -> Callable:
             kwargs.setdefault("frame_index", module.get_vision_frame_index(grid).to(device))
             kwargs.setdefault("position_ids", vision_utils.get_vision_position_ids(grid, spatial_merge_size=1).to(device))
             kwargs.setdefault("temporal_merge_index",
-                              module.get_vision_temporal_merge_index(grid, *self.merge_kernel_size).to(device))
+                              _on_device(module.get_vision_temporal_merge_index(grid, *self.merge_kernel_size), device))
         return forward(self, pixel_values, grid, **kwargs)
 
     wrapper.__infercast_wraps__ = forward
     return wrapper
+
+
+def _on_device(value: Any, device: torch.device) -> Any:
+    """``value`` with its tensors on ``device``: a tensor, or a tuple of tensors and counts
+    (transformers 5.24 returns the temporal merge index as (index, frame weights, tokens))."""
+    if isinstance(value, tuple):
+        return tuple(_on_device(item, device) for item in value)
+    return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
 def remote_attention_qkvpacked(self, x, cu_seqlens, max_seqlen=None, rope_freqs_cis=None):

@@ -70,6 +70,22 @@ def test_attended_pairs() -> None:
     assert attended_pairs(1, 3, 10, False) == 30
 
 
+def kv_write_record(tokens: int, width: int, cache_dtype: torch.dtype, with_v: bool = True) -> OpRecord:
+    k = TensorSpec((tokens, width), BF)
+    v = TensorSpec((tokens, width), BF) if with_v else None
+    named = {"k": k, "v": v, "cache_dtype": str(cache_dtype)}
+    return OpRecord("infercast::kv_cache_write", (k, v, str(cache_dtype)), (), "x", 0, named=named)
+
+
+def test_kv_cache_write_reads_bf16_rows_and_writes_the_cache_dtype() -> None:
+    # 16 tokens x 1,024 values of K and of V: 32 KiB each in bf16 read; written as 32 KiB each
+    # into a bf16 cache, 16 KiB each into an FP8 one
+    assert cost_of(kv_write_record(16, 1024, torch.bfloat16)).bytes == 2 * (16 * 1024 * 2 + 16 * 1024 * 2)
+    assert cost_of(kv_write_record(16, 1024, torch.float8_e4m3fn)).bytes == 2 * (16 * 1024 * 2 + 16 * 1024 * 1)
+    # an MLA latent row has no separate V
+    assert cost_of(kv_write_record(16, 576, torch.bfloat16, with_v=False)).bytes == 16 * 576 * 2 * 2
+
+
 def test_expected_active_experts() -> None:
     assert expected_active_experts(384, 8, 1, 384) == pytest.approx(8)  # one token touches exactly top-k
     assert expected_active_experts(384, 8, 0, 384) == 0

@@ -128,8 +128,7 @@ LLAMA_KERNELS_PER_LAYER = (
     1  # fused_add_rms_norm (input_layernorm)
     + 1  # qkv_proj GEMM (q, k and v fused)
     + 1  # rope on q and k
-    + 1  # cat of the new k and v rows
-    + 1  # kv_cache_write
+    + 1  # kv_cache_write: the new k and v rows into the cache in one kernel (sglang's store_cache)
     + 1  # attention over the paged cache
     + 1  # o_proj GEMM
     + 1  # fused_add_rms_norm (post_attention_layernorm)
@@ -159,7 +158,7 @@ def test_llama_gqa_decode(capsys, tmp_path, h100) -> None:
 
     # embedding + the layers + the head (final fused_add_rms_norm and lm_head; decode needs
     # logits for every new token, so no last-token gather)
-    assert result["kernel_count"] == 1 + layers * LLAMA_KERNELS_PER_LAYER + 2 == 25
+    assert result["kernel_count"] == 1 + layers * LLAMA_KERNELS_PER_LAYER + 2 == 23
 
     # qkv_proj: m = 4 tokens, n = (4 + 2 x 2) heads x 64 = 512, k = 256
     seconds, bound = bf16_gemm(h100, BATCH, (heads + 2 * kv_heads) * head_dim, h)
@@ -178,6 +177,14 @@ def test_llama_gqa_decode(capsys, tmp_path, h100) -> None:
                               peak=h100.peak_flops_per_s["bf16"], efficiency=h100.efficiency.attention)
     assert_row(result, "attention (layers.*.self_attn)", layers, seconds, bound)
 
+    # the cache write: 4 new rows of K and of V (2 KV heads x 64 each) read in bf16 and written
+    # into the bf16 cache, one kernel per layer; no copy kernel joins k and v first
+    rows = BATCH * 2 * kv_heads * head_dim
+    seconds, bound = roofline(h100, flops=0, nbytes=rows * BF16 + rows * BF16, peak=h100.peak_flops_per_s["bf16"],
+                              efficiency=h100.efficiency.gemm["bf16"])
+    assert_row(result, "kv_cache_write (layers.*.self_attn)", layers, seconds, bound)
+    assert not [r for r in result["ops"] if r["name"].startswith("cat ")]
+
 
 PROMPT = 1024
 
@@ -192,7 +199,7 @@ def test_llama_gqa_prefill(capsys, tmp_path, h100) -> None:
     assert result["phase"] == "prefill" and result["workload"]["tokens_per_rank"] == tokens == 4096
 
     # as in decode, plus one gather of each prompt's last token before the lm_head
-    assert result["kernel_count"] == 1 + layers * LLAMA_KERNELS_PER_LAYER + 3 == 26
+    assert result["kernel_count"] == 1 + layers * LLAMA_KERNELS_PER_LAYER + 3 == 24
     kv_per_token = layers * 2 * kv_heads * head_dim * BF16
     assert result["memory_gib"]["kv_cache"] == kv_per_token * BATCH * PROMPT / GIB
 
@@ -368,13 +375,13 @@ def test_qwen3_moe_decode(capsys, tmp_path, h100) -> None:
     per_layer_kernels = (1  # fused_add_rms_norm
                          + 1  # qkv_proj
                          + 2  # q_norm and k_norm (rms_norm per head)
-                         + 1 + 1 + 1  # rope, cat of k and v, kv_cache_write
+                         + 1 + 1  # rope, kv_cache_write of k and v
                          + 1  # attention
                          + 1  # o_proj
                          + 1  # fused_add_rms_norm
                          + 1  # router GEMM
                          + 1)  # fused_moe (no shared expert, so no add)
-    assert result["kernel_count"] == 1 + layers * per_layer_kernels + 2 == 27
+    assert result["kernel_count"] == 1 + layers * per_layer_kernels + 2 == 25
 
     # --- the router: m = 4, n = 8 experts, k = 256, bf16
     seconds, bound = bf16_gemm(h100, BATCH, experts, h)

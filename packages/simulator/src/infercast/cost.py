@@ -193,7 +193,10 @@ def _embedding(record: OpRecord) -> OpCost:
 
 @register_cost("infercast::kv_cache_write")
 def _kv_cache_write(record: OpRecord) -> OpCost:
-    return OpCost(bytes=2.0 * record["new"].nbytes)
+    """Reads the new rows and writes them in the cache's dtype (an FP8 cache writes a byte each)."""
+    rows = [t for t in (record["k"], record["v"]) if t is not None]
+    cache_itemsize = getattr(torch, record["cache_dtype"].removeprefix("torch.")).itemsize
+    return OpCost(bytes=float(sum(t.nbytes + t.numel * cache_itemsize for t in rows)))
 
 
 # -- ATen operators (a pytorch-ir graph: ``infercast simulate --from-ir``) ---------------

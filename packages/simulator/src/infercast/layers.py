@@ -263,7 +263,7 @@ class SimGQAAttention(SimModule):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = OPS.rope(q, k)
-        OPS.kv_cache_write(OPS.cat([k.reshape(T, -1), v], -1), str(ctx.kv_cache_dtype))
+        OPS.kv_cache_write(k.reshape(T, -1), v, str(ctx.kv_cache_dtype))
         out = by_part(ctx, (q,), self._attend)
         return self.o_proj(out.reshape(T, self.heads * self.head_dim))
 
@@ -332,7 +332,7 @@ class SimMLAAttention(SimModule):
         kv_c, k_pe = latent.split([self.kv_lora_rank, self.rope_dim], -1)
         kv_c = self.kv_a_layernorm(kv_c)
         q_pe, k_pe = OPS.rope(q_pe, k_pe)
-        OPS.kv_cache_write(latent, str(ctx.kv_cache_dtype))
+        OPS.kv_cache_write(latent, None, str(ctx.kv_cache_dtype))
         out = by_part(ctx, (q_nope, q_pe), lambda qn, qp: self._attend(qn, qp, k_pe))
         return self.o_proj(out.reshape(T, self.heads * self.v_dim))
 

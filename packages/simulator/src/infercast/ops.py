@@ -8,6 +8,8 @@ shapes cannot (sequence counts, group sizes, quantization), so each cost formula
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 NAMESPACE = "infercast"
@@ -121,14 +123,15 @@ def _(q, k, v, num_seqs, q_len, kv_len):
 
 
 @torch.library.custom_op("infercast::kv_cache_write", mutates_args=())
-def kv_cache_write(new: torch.Tensor, cache_dtype: str) -> torch.Tensor:
-    """Store the step's new K/V (or MLA latent) rows into the paged cache."""
+def kv_cache_write(k: torch.Tensor, v: Optional[torch.Tensor], cache_dtype: str) -> torch.Tensor:
+    """Store the step's new K and V rows (or, with ``v`` None, MLA's latent rows) into the
+    paged cache in one kernel, as sglang's ``store_cache`` and vLLM's ``reshape_and_cache_flash`` do."""
     raise NotImplementedError
 
 
 @kv_cache_write.register_fake
-def _(new, cache_dtype):
-    return new.new_empty(0)
+def _(k, v, cache_dtype):
+    return k.new_empty(0)
 
 
 @torch.library.custom_op("infercast::rope", mutates_args=())

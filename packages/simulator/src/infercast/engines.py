@@ -97,13 +97,17 @@ SGLANG_STEP = HostCost(
     "sglang's per-token framework time with a mocked 2.632 ms forward: median TPOT 2.94 ms at concurrency 1, "
     "0.31 ms not hidden by the overlap scheduler (tenstorrent/tt-inference-server issue #3560)",
 )
+TOKENIZE_PER_TOKEN_S = 4 / 1.74e6
+"""A Rust BPE tokenizer on one thread: HuggingFace ``tokenizers`` (GPT2TokenizerFast) encodes
+1.74 MB/s single-threaded (openai/tiktoken README, perf.svg: the 1-thread bar, 12 of 69 points
+per 10 MB/s) at about 4 bytes per token (the same README), 2.3 us a token."""
 SGLANG_REQUEST = HostCost(
-    5.6e-3,
+    6.9e-3 - 128 * TOKENIZE_PER_TOKEN_S,
     "median TTFT 9.54 ms with a mocked 2.63 ms forward for a 128-token prompt (tenstorrent/tt-inference-server "
-    "issue #3560): 6.9 ms of HTTP, chat template, tokenization, scheduling, first token and streaming, of which "
-    "128 tokens x 10 us tokenization (tt-inference-server issue #2173: 131 tokens in 1.3-2.8 ms) scale with the "
-    "prompt",
-    per_item_s=10e-6,
+    "issue #3560): 6.9 ms of HTTP, chat template, tokenization, scheduling, first token and streaming; of it, "
+    "tokenizing scales with the prompt at 2.3 us a token (HuggingFace tokenizers single-threaded, 1.74 MB/s at "
+    "about 4 bytes a token: openai/tiktoken README benchmark), the rest is per request",
+    per_item_s=TOKENIZE_PER_TOKEN_S,
 )
 PYTHON_STEP_NO_OVERLAP = HostCost(
     0.097e-3,

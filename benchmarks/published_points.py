@@ -1,0 +1,161 @@
+"""Simulated vs published measurements beyond shared/reference/measured.md.
+
+Public figures found in engine documentation and CI reports, each simulated from what its page
+states (model, hardware, layout, dtype, lengths, batch) and compared as what it measures: an
+in-engine prefill time has no HTTP in it, a client TTFT does, an offline batch latency is a
+prefill plus every decode step. Nothing in the simulator knows these points; they check
+mechanisms (dense FP8 prefill, TP communication, per-step host time, per-request time) across
+devices, engines and sizes. Run: .venv/bin/python benchmarks/published_points.py
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from infercast.simulate import UserInput, simulate
+
+# Llama 2, as TensorRT-LLM's v0.9.0 benchmark engines built it (vocabulary 32,000; the 7B with
+# full multi-head attention, the 70B with 8 KV heads): not bundled with infercast, so written
+# out here from the architectures' published shapes.
+LLAMA2 = {
+    "Llama-2-7B": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+                       num_key_value_heads=32),
+    "Llama-2-70B": dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+                        num_key_value_heads=8),
+}
+LLAMA2_COMMON = dict(model_type="llama", architectures=["LlamaForCausalLM"], vocab_size=32000,
+                     max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000.0, hidden_act="silu",
+                     tie_word_embeddings=False, torch_dtype="float16")
+
+TRTLLM_090, NIM_180, VLLM_CI = "TRT-LLM 0.9.0", "NIM 1.8.0", "vLLM CI"
+SOURCES = {
+    TRTLLM_090: "NVIDIA/TensorRT-LLM docs/source/performance.md at v0.9.0, the 'first token latency' tables at "
+                "batch 1 (gptSessionBenchmark with output length 1; FP8 weights and KV cache)",
+    NIM_180: "NVIDIA NIM for LLMs benchmarking page (docs.nvidia.com/nim/benchmarking/llm), version 1.8.0, "
+             "Llama-3.3-70B-Instruct fp8 TP2 on 2 x H100 80G, AIPerf over HTTP at concurrency 1",
+    VLLM_CI: "vLLM's nightly performance benchmark (Buildkite vllm/performance-benchmark), latency tests: "
+             "benchmark_latency with batch 8, 32 tokens in, 128 out, dummy bf16 weights, 15 timed runs; the H200 "
+             "rows from build 9515, the H100 and A100 rows from runs whose stored copies lack the build number",
+}
+
+
+@dataclass
+class Published:
+    id: str
+    what: str
+    measured_ms: float
+    kind: str  # prefill or decode
+    measures: str
+    source: str
+    simulated: Callable[[], float]
+
+
+def _llama2(name: str, root: Path) -> str:
+    path = root / name / "config.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**LLAMA2_COMMON, **LLAMA2[name]}))
+    return str(path.parent)
+
+
+def trtllm_prefill(model: str, device: str, tp: int, tokens: int) -> Callable[[], float]:
+    """The prefill step alone: the benchmark times one output token inside the engine."""
+    def run() -> float:
+        return simulate(UserInput(model=model, device=device, num_devices=tp, tp_size=tp, num_queries=1,
+                                  query_length=tokens, quantize_linear_action="FP8", kv_cache_dtype="fp8",
+                                  engine="trtllm")).step_latency_ms
+    return run
+
+
+def client_ttft(model: str, device: str, tp: int, tokens: int, engine: str) -> Callable[[], float]:
+    """A client's TTFT: the request's host time and the prefill step."""
+    def run() -> float:
+        return simulate(UserInput(model=model, device=device, num_devices=tp, tp_size=tp, num_queries=1,
+                                  query_length=tokens, quantize_linear_action="FP8", engine=engine)).ttft_ms
+    return run
+
+
+def batch_latency(model: str, device: str, tp: int, batch: int, prompt: int, output: int) -> Callable[[], float]:
+    """benchmark_latency: one prefill of the batch, then ``output - 1`` decode steps, priced at
+    the mean context they see (the prompt plus half the output)."""
+    def run() -> float:
+        common = dict(model=model, device=device, num_devices=tp, tp_size=tp, num_queries=batch, engine="vllm")
+        prefill = simulate(UserInput(**common, query_length=prompt)).step_latency_ms
+        step = simulate(UserInput(**common, decode=True, context_length=prompt + output // 2)).step_latency_ms
+        return prefill + (output - 1) * step
+    return run
+
+
+def points(root: Path) -> list[Published]:
+    l7, l70 = _llama2("Llama-2-7B", root), _llama2("Llama-2-70B", root)
+    llama70 = "meta-llama/Llama-3.1-70B-Instruct"  # Llama-3.3-70B has the same architecture
+    llama8 = "meta-llama/Llama-3.1-8B-Instruct"
+    return [
+        Published("T1", "Llama-2-7B FP8, 1 x H100, 128 tokens", 6.3, "prefill", "in-engine", TRTLLM_090,
+                  trtllm_prefill(l7, "H100", 1, 128)),
+        Published("T2", "Llama-2-7B FP8, 1 x H100, 2,048 tokens", 30.8, "prefill", "in-engine", TRTLLM_090,
+                  trtllm_prefill(l7, "H100", 1, 2048)),
+        Published("T3", "Llama-2-70B FP8, 4 x H100 TP4, 128 tokens", 19.6, "prefill", "in-engine", TRTLLM_090,
+                  trtllm_prefill(l70, "H100", 4, 128)),
+        Published("T4", "Llama-2-70B FP8, 8 x H100 TP8, 2,048 tokens", 85.1, "prefill", "in-engine", TRTLLM_090,
+                  trtllm_prefill(l70, "H100", 8, 2048)),
+        Published("T5", "Llama-2-7B FP8, 1 x H200, 128 tokens", 5.7, "prefill", "in-engine", TRTLLM_090,
+                  trtllm_prefill(l7, "H200", 1, 128)),
+        Published("T6", "Llama-2-7B FP8, 1 x H200, 2,048 tokens", 30.2, "prefill", "in-engine", TRTLLM_090,
+                  trtllm_prefill(l7, "H200", 1, 2048)),
+        Published("T7", "Llama-2-70B FP8, 4 x H200 TP4, 128 tokens", 17.8, "prefill", "in-engine", TRTLLM_090,
+                  trtllm_prefill(l70, "H200", 4, 128)),
+        Published("T8", "Llama-2-70B FP8, 4 x H200 TP4, 2,048 tokens", 103.0, "prefill", "in-engine", TRTLLM_090,
+                  trtllm_prefill(l70, "H200", 4, 2048)),
+        Published("N1", "Llama-3.3-70B FP8, 2 x H100 TP2, 5,000 tokens", 406.77, "prefill",
+                  "client TTFT; engine taken as TRT-LLM (unnamed)", NIM_180,
+                  client_ttft(llama70, "H100", 2, 5000, "trtllm")),
+        Published("N2", "Llama-3.3-70B FP8, 2 x H100 TP2, 500 tokens", 47.77, "prefill",
+                  "client TTFT; engine taken as TRT-LLM (unnamed)", NIM_180,
+                  client_ttft(llama70, "H100", 2, 500, "trtllm")),
+        Published("V1", "Llama-3.1-8B bf16, 1 x H200", 833.421, "decode", "offline batch latency",
+                  VLLM_CI, batch_latency(llama8, "H200", 1, 8, 32, 128)),
+        Published("V2", "Llama-3-70B bf16, 4 x H200 TP4", 2077.53, "decode", "offline batch latency",
+                  VLLM_CI, batch_latency(llama70, "H200", 4, 8, 32, 128)),
+        Published("V3", "Llama-3.1-8B bf16, 1 x H100", 997.542, "decode", "offline batch latency",
+                  VLLM_CI,
+                  batch_latency(llama8, "H100", 1, 8, 32, 128)),
+        Published("V4", "Llama-3-70B bf16, 4 x H100 TP4", 2444.47, "decode", "offline batch latency",
+                  VLLM_CI, batch_latency(llama70, "H100", 4, 8, 32, 128)),
+        Published("V5", "Llama-3.1-8B bf16, 1 x A100-SXM4-80GB", 1585.43, "decode", "offline batch latency",
+                  VLLM_CI,
+                  batch_latency(llama8, "A100", 1, 8, 32, 128)),
+    ]
+
+
+def main() -> int:
+    console = Console(width=max(Console().width, 200))
+    table = Table(title="infercast vs other published measurements (not in measured.md)")
+    for column in ("id", "setting", "measured ms", "simulated ms", "error", "what it measures", "source"):
+        table.add_column(column, overflow="fold")
+    errors: dict[str, list[float]] = {"prefill": [], "decode": []}
+    with tempfile.TemporaryDirectory() as root:
+        for point in points(Path(root)):
+            simulated = point.simulated()
+            error = (simulated - point.measured_ms) / point.measured_ms
+            errors[point.kind].append(abs(error))
+            table.add_row(point.id, point.what, f"{point.measured_ms:g}", f"{simulated:.2f}", f"{error:+.1%}",
+                          point.measures, point.source)
+    console.print(table)
+    for kind, values in errors.items():
+        console.print(f"median |error| over the {kind} points: {statistics.median(values):.1%} ({len(values)} points)")
+    for key, text in SOURCES.items():
+        console.print(f"{key}: {text}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

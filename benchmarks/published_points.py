@@ -36,7 +36,7 @@ LLAMA2_COMMON = dict(model_type="llama", architectures=["LlamaForCausalLM"], voc
                      max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000.0, hidden_act="silu",
                      tie_word_embeddings=False, torch_dtype="float16")
 
-TRTLLM_090, NIM_180, VLLM_CI = "TRT-LLM 0.9.0", "NIM 1.8.0", "vLLM CI"
+TRTLLM_090, NIM_180, VLLM_CI, COOKBOOK = "TRT-LLM 0.9.0", "NIM 1.8.0", "vLLM CI", "sgl-cookbook"
 SOURCES = {
     TRTLLM_090: "NVIDIA/TensorRT-LLM docs/source/performance.md at v0.9.0, the 'first token latency' tables at "
                 "batch 1 (gptSessionBenchmark with output length 1; FP8 weights and KV cache)",
@@ -45,6 +45,11 @@ SOURCES = {
     VLLM_CI: "vLLM's nightly performance benchmark (Buildkite vllm/performance-benchmark), latency tests: "
              "benchmark_latency with batch 8, 32 tokens in, 128 out, dummy bf16 weights, 15 timed runs; the H200 "
              "rows from build 9515, the H100 and A100 rows from runs whose stored copies lack the build number",
+    COOKBOOK: "sgl-project/sgl-cookbook model pages, 'Speed Benchmark': sglang.bench_serving --dataset-name random "
+              "at --max-concurrency 1, 10 prompts with lengths drawn uniformly up to the flag (1K in: 6,101 tokens; "
+              "8K in: 41,941; 1K out: 4,210-4,220; 8K out: 44,452): TTFT at the mean prompt, TPOT at the mean "
+              "prompt plus half the mean output. DeepSeek-R1-0528 and Qwen3-235B-A22B-Instruct-2507 on 8 x B200 "
+              "(SGLang 0.5.6.post1 / 0.5.6), Llama-3.1-70B on 8 x A100 (0.5.6), all --tp 8",
 }
 
 
@@ -80,6 +85,17 @@ def client_ttft(model: str, device: str, tp: int, tokens: int, engine: str) -> C
     def run() -> float:
         return simulate(UserInput(model=model, device=device, num_devices=tp, tp_size=tp, num_queries=1,
                                   query_length=tokens, quantize_linear_action="FP8", engine=engine)).ttft_ms
+    return run
+
+
+def sglang_c1(model: str, device: str, tp: int, prompt: int, context: int | None = None) -> Callable[[], float]:
+    """One request at a time through sglang: the client TTFT of a ``prompt``-token request, or
+    (``context`` given) the TPOT of a decode step at that context."""
+    def run() -> float:
+        common = dict(model=model, device=device, num_devices=tp, tp_size=tp, num_queries=1)
+        if context is None:
+            return simulate(UserInput(**common, query_length=prompt)).ttft_ms
+        return simulate(UserInput(**common, decode=True, context_length=context)).tpot_ms
     return run
 
 
@@ -121,6 +137,26 @@ def points(root: Path) -> list[Published]:
         Published("N2", "Llama-3.3-70B FP8, 2 x H100 TP2, 500 tokens", 47.77, "prefill",
                   "client TTFT; engine taken as TRT-LLM (unnamed)", NIM_180,
                   client_ttft(llama70, "H100", 2, 500, "trtllm")),
+        Published("C1", "DeepSeek-R1 FP8, 8 x B200 TP8, 610 tokens", 153.00, "prefill", "client TTFT, mean",
+                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, 610)),
+        Published("C2", "DeepSeek-R1 FP8, 8 x B200 TP8, 4,194 tokens", 165.91, "prefill", "client TTFT, mean",
+                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, 4194)),
+        Published("C3", "DeepSeek-R1 FP8, 8 x B200 TP8, context 821", 9.16, "decode", "client TPOT, mean",
+                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, 1, 610 + 211)),
+        Published("C4", "DeepSeek-R1 FP8, 8 x B200 TP8, context 2,833", 9.21, "decode", "client TPOT, mean",
+                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, 1, 610 + 2223)),
+        Published("C5", "Qwen3-235B-A22B bf16, 8 x B200 TP8, 610 tokens", 99.03, "prefill", "client TTFT, mean",
+                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, 610)),
+        Published("C6", "Qwen3-235B-A22B bf16, 8 x B200 TP8, 4,194 tokens", 139.90, "prefill", "client TTFT, mean",
+                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, 4194)),
+        Published("C7", "Qwen3-235B-A22B bf16, 8 x B200 TP8, context 821", 10.12, "decode", "client TPOT, mean",
+                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, 1, 610 + 211)),
+        Published("C8", "Llama-3.1-70B bf16, 8 x A100 TP8, 610 tokens", 131.61, "prefill", "client TTFT, mean",
+                  COOKBOOK, sglang_c1(llama70, "A100", 8, 610)),
+        Published("C9", "Llama-3.1-70B bf16, 8 x A100 TP8, 4,194 tokens", 395.25, "prefill", "client TTFT, mean",
+                  COOKBOOK, sglang_c1(llama70, "A100", 8, 4194)),
+        Published("C10", "Llama-3.1-70B bf16, 8 x A100 TP8, context 821", 18.63, "decode", "client TPOT, mean",
+                  COOKBOOK, sglang_c1(llama70, "A100", 8, 1, 610 + 211)),
         Published("V1", "Llama-3.1-8B bf16, 1 x H200", 833.421, "decode", "offline batch latency",
                   VLLM_CI, batch_latency(llama8, "H200", 1, 8, 32, 128)),
         Published("V2", "Llama-3-70B bf16, 4 x H200 TP4", 2077.53, "decode", "offline batch latency",

@@ -297,8 +297,7 @@ def test_deepseek_v3_mla_moe_decode(capsys, tmp_path, h100) -> None:
         + 1  # rope on q_pe and k_pe
         + 1  # kv_cache_write of the latent
         + 1  # mla_bmm "pre": q_nope into the latent space (W_UK absorbed)
-        + 1  # cat of the absorbed q and q_pe
-        + 1  # mla_attention over the latent cache
+        + 1  # mla_attention over the latent cache, q absorbed and q_pe as two inputs (no concat kernel)
         + 1  # mla_bmm "post": the latent output through W_UV, written straight into o_proj's layout
         + 2  # o_proj
     )
@@ -310,7 +309,7 @@ def test_deepseek_v3_mla_moe_decode(capsys, tmp_path, h100) -> None:
                    + 1)  # add of the shared and routed outputs
     expected_kernels = (1 + dense_layers * (mla_decode + norms + dense_mlp_kernels)
                         + moe_layers * (mla_decode + norms + moe_kernels) + 2)
-    assert expected_kernels == 72
+    assert expected_kernels == 69
     assert result["kernel_count"] == expected_kernels
 
     # --- o_proj, an FP8-block GEMM: m = 4, n = 256, k = 4 heads x 32 = 128; reads bf16 x, the

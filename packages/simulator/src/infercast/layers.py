@@ -340,8 +340,11 @@ class SimMLAAttention(SimModule):
         ctx = self.ctx
         requests, kv_len = ctx.requests, ctx.workload.kv_length
         if ctx.workload.decode:
-            q_absorbed = OPS.mla_bmm(q_nope.transpose(0, 1), self.w_kc, "pre")                # [H, T, latent]
-            q_full = OPS.cat([q_absorbed.transpose(0, 1), q_pe], -1)                          # [T, H, 576]
+            OPS.mla_bmm(q_nope.transpose(0, 1), self.w_kc, "pre")                             # [H, T, latent]
+            # FA3, FlashInfer and cutlass MLA take the absorbed q and q_pe as two inputs (sglang's
+            # forward_absorb_core): no concat kernel; only Blackwell's trtllm_mla joins them (one
+            # small kernel a layer, not priced)
+            q_full = torch.empty(q_pe.shape[0], self.heads, self.latent_width, dtype=q_pe.dtype, device=META)  # [T, H, 576]
             cache = torch.empty(requests * kv_len, self.latent_width, dtype=ctx.kv_cache_dtype, device=META)
             out_latent = OPS.mla_attention(q_full, cache, requests, ctx.workload.query_length, kv_len, self.kv_lora_rank)
             out = OPS.mla_bmm(out_latent.transpose(0, 1), self.w_vc, "post").transpose(0, 1)   # [T, H, v]

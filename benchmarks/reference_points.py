@@ -43,8 +43,8 @@ def _tokens_per_gpu(accept_length: float = 1.0) -> Callable[[SimResult], float]:
 # M1's lengths as the benchmark drew them: sglang.bench_serving's random dataset with its default
 # --random-range-ratio 0 draws each prompt's input and output length uniformly from [1, 1000]; the
 # run's 10 prompts had 6,101 input and 4,220 output tokens (sgl-cookbook, Kimi-K2.5, "Speed
-# Benchmark"). TTFT is near-linear in the prompt length here (81.4 ms at the mean, 610 tokens;
-# the mean over 100, 305, 610, 915 and 1,000 tokens is 83.9 ms), so the mean length stands for the
+# Benchmark"). TTFT is near-linear in the prompt length here (77.7 ms at the mean, 610 tokens;
+# the mean over 100, 305, 610, 915 and 1,000 tokens is 80.4 ms), so the mean length stands for the
 # ten; TPOT is a mean over requests, each at about its input + half its output of context.
 #
 # The page names SGLang 0.5.6.post2, but that release cannot load Kimi-K2.5: it has no

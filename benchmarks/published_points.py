@@ -71,32 +71,27 @@ def _llama2(name: str, root: Path) -> str:
     return str(path.parent)
 
 
+def simulated(read: str, **fields) -> Callable[[], float]:
+    """Simulate ``UserInput(**fields)`` and read one figure of the result: ``step_latency_ms``
+    for an in-engine prefill (no HTTP), ``ttft_ms`` for a client's TTFT (the request's host time
+    and the prefill step), ``tpot_ms`` for a client's TPOT."""
+    return lambda: getattr(simulate(UserInput(**fields)), read)
+
+
 def trtllm_prefill(model: str, device: str, tp: int, tokens: int) -> Callable[[], float]:
     """The prefill step alone: the benchmark times one output token inside the engine."""
-    def run() -> float:
-        return simulate(UserInput(model=model, device=device, num_devices=tp, tp_size=tp, num_queries=1,
-                                  query_length=tokens, quantize_linear_action="FP8", kv_cache_dtype="fp8",
-                                  engine="trtllm")).step_latency_ms
-    return run
+    return simulated("step_latency_ms", model=model, device=device, num_devices=tp, tp_size=tp, num_queries=1,
+                     query_length=tokens, quantize_linear_action="FP8", kv_cache_dtype="fp8", engine="trtllm")
 
 
-def client_ttft(model: str, device: str, tp: int, tokens: int, engine: str) -> Callable[[], float]:
-    """A client's TTFT: the request's host time and the prefill step."""
-    def run() -> float:
-        return simulate(UserInput(model=model, device=device, num_devices=tp, tp_size=tp, num_queries=1,
-                                  query_length=tokens, quantize_linear_action="FP8", engine=engine)).ttft_ms
-    return run
-
-
-def sglang_c1(model: str, device: str, tp: int, prompt: int, context: int | None = None) -> Callable[[], float]:
+def sglang_c1(model: str, device: str, tp: int, *, prompt: int | None = None,
+              context: int | None = None) -> Callable[[], float]:
     """One request at a time through sglang: the client TTFT of a ``prompt``-token request, or
-    (``context`` given) the TPOT of a decode step at that context."""
-    def run() -> float:
-        common = dict(model=model, device=device, num_devices=tp, tp_size=tp, num_queries=1)
-        if context is None:
-            return simulate(UserInput(**common, query_length=prompt)).ttft_ms
-        return simulate(UserInput(**common, decode=True, context_length=context)).tpot_ms
-    return run
+    the TPOT of a decode step at ``context``."""
+    common = dict(model=model, device=device, num_devices=tp, tp_size=tp, num_queries=1)
+    if prompt is not None:
+        return simulated("ttft_ms", **common, query_length=prompt)
+    return simulated("tpot_ms", **common, decode=True, context_length=context)
 
 
 def batch_latency(model: str, device: str, tp: int, batch: int, prompt: int, output: int) -> Callable[[], float]:
@@ -133,42 +128,42 @@ def points(root: Path) -> list[Published]:
                   trtllm_prefill(l70, "H200", 4, 2048)),
         Published("N1", "Llama-3.3-70B FP8, 2 x H100 TP2, 5,000 tokens", 406.77, "prefill",
                   "client TTFT; engine taken as TRT-LLM (unnamed)", NIM_180,
-                  client_ttft(llama70, "H100", 2, 5000, "trtllm")),
+                  simulated("ttft_ms", model=llama70, device="H100", num_devices=2, tp_size=2, num_queries=1,
+                            query_length=5000, quantize_linear_action="FP8", engine="trtllm")),
         Published("N2", "Llama-3.3-70B FP8, 2 x H100 TP2, 500 tokens", 47.77, "prefill",
                   "client TTFT; engine taken as TRT-LLM (unnamed)", NIM_180,
-                  client_ttft(llama70, "H100", 2, 500, "trtllm")),
+                  simulated("ttft_ms", model=llama70, device="H100", num_devices=2, tp_size=2, num_queries=1,
+                            query_length=500, quantize_linear_action="FP8", engine="trtllm")),
         Published("C1", "DeepSeek-R1 FP8, 8 x B200 TP8, 610 tokens", 153.00, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, 610)),
+                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, prompt=610)),
         Published("C2", "DeepSeek-R1 FP8, 8 x B200 TP8, 4,194 tokens", 165.91, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, 4194)),
+                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, prompt=4194)),
         Published("C3", "DeepSeek-R1 FP8, 8 x B200 TP8, context 821", 9.16, "decode", "client TPOT, mean",
-                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, 1, 610 + 211)),
+                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, context=610 + 211)),
         Published("C4", "DeepSeek-R1 FP8, 8 x B200 TP8, context 2,833", 9.21, "decode", "client TPOT, mean",
-                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, 1, 610 + 2223)),
+                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, context=610 + 2223)),
         Published("C5", "Qwen3-235B-A22B bf16, 8 x B200 TP8, 610 tokens", 99.03, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, 610)),
+                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, prompt=610)),
         Published("C6", "Qwen3-235B-A22B bf16, 8 x B200 TP8, 4,194 tokens", 139.90, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, 4194)),
+                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, prompt=4194)),
         Published("C7", "Qwen3-235B-A22B bf16, 8 x B200 TP8, context 821", 10.12, "decode", "client TPOT, mean",
-                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, 1, 610 + 211)),
+                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, context=610 + 211)),
         Published("C8", "Llama-3.1-70B bf16, 8 x A100 TP8, 610 tokens", 131.61, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1(llama70, "A100", 8, 610)),
+                  COOKBOOK, sglang_c1(llama70, "A100", 8, prompt=610)),
         Published("C9", "Llama-3.1-70B bf16, 8 x A100 TP8, 4,194 tokens", 395.25, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1(llama70, "A100", 8, 4194)),
+                  COOKBOOK, sglang_c1(llama70, "A100", 8, prompt=4194)),
         Published("C10", "Llama-3.1-70B bf16, 8 x A100 TP8, context 821", 18.63, "decode", "client TPOT, mean",
-                  COOKBOOK, sglang_c1(llama70, "A100", 8, 1, 610 + 211)),
+                  COOKBOOK, sglang_c1(llama70, "A100", 8, context=610 + 211)),
         Published("V1", "Llama-3.1-8B bf16, 1 x H200", 833.421, "decode", "offline batch latency",
                   VLLM_CI, batch_latency(llama8, "H200", 1, 8, 32, 128)),
         Published("V2", "Llama-3-70B bf16, 4 x H200 TP4", 2077.53, "decode", "offline batch latency",
                   VLLM_CI, batch_latency(llama70, "H200", 4, 8, 32, 128)),
         Published("V3", "Llama-3.1-8B bf16, 1 x H100", 997.542, "decode", "offline batch latency",
-                  VLLM_CI,
-                  batch_latency(llama8, "H100", 1, 8, 32, 128)),
+                  VLLM_CI, batch_latency(llama8, "H100", 1, 8, 32, 128)),
         Published("V4", "Llama-3-70B bf16, 4 x H100 TP4", 2444.47, "decode", "offline batch latency",
                   VLLM_CI, batch_latency(llama70, "H100", 4, 8, 32, 128)),
         Published("V5", "Llama-3.1-8B bf16, 1 x A100-SXM4-80GB", 1585.43, "decode", "offline batch latency",
-                  VLLM_CI,
-                  batch_latency(llama8, "A100", 1, 8, 32, 128)),
+                  VLLM_CI, batch_latency(llama8, "A100", 1, 8, 32, 128)),
     ]
 
 

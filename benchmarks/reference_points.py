@@ -176,7 +176,7 @@ def m1_loaded_rows():
         plan = Planner(request).run()
         tp8 = next(c for c in plan.configs if (c.layout.tp, c.layout.dp, c.layout.ep) == (8, 1, 1))
         rows.append((concurrency, measured, tp8.tpot_ms, tp8.serving["ttft_mean_ms"],
-                     tp8.tokens_per_s_per_device * 8))
+                     tp8.tokens_per_s_per_device * tp8.layout.num_devices))
     return rows
 
 

@@ -158,3 +158,25 @@ def test_an_unreachable_hub_fails_fast_and_says_why(monkeypatch: pytest.MonkeyPa
     with pytest.raises(ConfigError, match="HF_HUB_OFFLINE is set"):
         config_module.load_config("acme/unknown-model")
     assert time.perf_counter() - started < 1.0
+
+
+def test_a_plain_config_holds_a_copy_of_the_values_as_attributes() -> None:
+    values = {"model_type": "kimi_k25", "tie_word_embeddings": False,
+              "text_config": dict(LLAMA, rope_scaling={"type": "yarn", "factor": 4.0}),
+              "vision_config": {"hidden_size": 32}}
+    config = config_module.PlainConfig(values)
+    assert config.text_config.hidden_size == 256 and config.vision_config.hidden_size == 32
+    assert getattr(config.text_config, "attention_bias", "absent") == "absent"  # missing reads as on transformers
+    with pytest.raises(AttributeError):
+        config.text_config.head_dim
+    config.text_config.rope_scaling["factor"] = 8.0  # a patch changes the copy, never the caller's values
+    config.text_config.num_hidden_layers = 2
+    assert values["text_config"]["rope_scaling"]["factor"] == 4.0 and values["text_config"]["num_hidden_layers"] == 4
+    assert config.to_dict() == dict(values, text_config=dict(values["text_config"], num_hidden_layers=2,
+                                                             rope_scaling={"type": "yarn", "factor": 8.0}))
+
+
+def test_to_transformers_reads_plain_values_with_the_native_class() -> None:
+    native = config_module.to_transformers(config_module.PlainConfig(LLAMA))
+    assert isinstance(native, LlamaConfig) and native.hidden_size == 256 and native.num_key_value_heads == 4
+    assert config_module.to_transformers(native) is native

@@ -99,3 +99,15 @@ def test_devices_lists_every_builtin_with_efficiency_sources(capsys) -> None:
             "ATLAS_800_A3_752T_128G_DIE"} <= names
     assert all(row["efficiency"]["source"] for row in rows)
     assert all(row["sources"] for row in rows)
+
+
+def test_the_console_command_returns_mains_code_and_freezes_the_heap_only_there(monkeypatch) -> None:
+    import gc
+
+    monkeypatch.setattr(cli, "main", lambda: 3)
+    assert gc.get_freeze_count() == 0  # the library entry point, main(), leaves the collector alone
+    try:
+        assert cli.console_main() == 3
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

@@ -16,6 +16,7 @@ The order follows the TensorCast configuration flow:
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from collections.abc import Iterable, Mapping
@@ -27,6 +28,44 @@ if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
     from infercast_adapters.manager import AdapterManager
+
+class PlainConfig:
+    """A model config as plain values: attribute access over a ``config.json`` dictionary, with
+    ``text_config`` and ``vision_config`` as nested configs.
+
+    What the engine view needs from a config is numbers, and importing transformers to hold
+    them costs about 0.4 s before its config classes, 0.6 s with them. An adapter whose
+    bundled architecture is complete (every field the simulator reads, with the values
+    transformers' class would give) returns one of these from ``infercast_resolve_config``;
+    :func:`to_transformers` turns it into the native config where a transformers model is built.
+    A missing field raises AttributeError, as on a transformers config, so ``getattr`` defaults
+    behave the same.
+    """
+
+    SUB_CONFIGS = ("text_config", "vision_config")
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        for key, value in copy.deepcopy(dict(values)).items():
+            if key in self.SUB_CONFIGS and isinstance(value, Mapping):
+                value = PlainConfig(value)
+            setattr(self, key, value)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The values as a fresh nested dictionary (sub-configs included)."""
+        return {key: value.to_dict() if isinstance(value, PlainConfig) else copy.deepcopy(value)
+                for key, value in vars(self).items()}
+
+    def __repr__(self) -> str:
+        return f"PlainConfig({getattr(self, 'model_type', '?')!r}, {len(vars(self))} fields)"
+
+
+def to_transformers(config: Any) -> PretrainedConfig:
+    """The native transformers config for ``config``: itself when it already is one, else the
+    reading of a :class:`PlainConfig`'s values by its model_type's config class."""
+    if not isinstance(config, PlainConfig):
+        return config
+    return config_from_dict(config.to_dict(), source=f"{config.model_type} (plain config)")
+
 
 def _config_mapping() -> Any:
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING

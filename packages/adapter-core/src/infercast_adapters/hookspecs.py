@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
     from infercast_adapters.catalog import ModelRef, SpecOption
+    from infercast_adapters.config import PlainConfig
     from infercast_adapters.patching import Patch
     from infercast_adapters.profile import ModelProfile
 
@@ -135,15 +136,16 @@ def infercast_register_config_aliases(register: Callable[[str, str], None]) -> N
 
 
 @hookspec(firstresult=True)
-def infercast_resolve_config(model_ref: str) -> PretrainedConfig | None:
-    """Turn a model reference into a transformers config without the hub.
+def infercast_resolve_config(model_ref: str) -> PretrainedConfig | PlainConfig | None:
+    """Turn a model reference into a config without the hub.
 
     Called by config loading after a local path has been ruled out and before the hub is
     asked, so bundled architectures work offline. Stops at the first non-None result.
 
     :param model_ref: what the user typed: a hub id (``moonshotai/Kimi-K2.5``) or an alias.
-    :return: a fresh config object the caller may modify, or None when the reference is not
-        this plugin's.
+    :return: a fresh config object the caller may modify (a transformers config, or a
+        :class:`~infercast_adapters.config.PlainConfig` when the values are complete: then
+        pricing never imports transformers), or None when the reference is not this plugin's.
     """
 
 

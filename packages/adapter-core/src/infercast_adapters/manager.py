@@ -435,11 +435,14 @@ class AdapterManager:
         self._hook("infercast_patch_config", config=config)
 
     def class_patches(self, config: PretrainedConfig) -> list[Patch]:
-        """Phase 2: every plugin's reversible class patches for ``config``."""
+        """Phase 2: every plugin's reversible class patches for ``config`` (a
+        :class:`~infercast_adapters.config.PlainConfig` is handed to the hooks as its native
+        transformers config: the patches are for transformers' classes)."""
+        from infercast_adapters.config import to_transformers
         from infercast_adapters.patching import Patch
 
         self._collect()
-        results, answers = self._hook("infercast_class_patches", config=config)
+        results, answers = self._hook("infercast_class_patches", config=to_transformers(config))
         patches: list[Patch] = []
         for result in results:
             for patch in result or ():

@@ -83,20 +83,27 @@ VISION_CONFIG: dict[str, Any] = {
 }
 
 
-def kimi_k25_config():
-    """A fresh native transformers ``Kimi_K25Config`` for Kimi-K2.5 (the config class straight
-    from transformers' lazy mapping: ``AutoConfig`` would scan every model package, ~1 s)."""
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+CONFIG: dict[str, Any] = {
+    "model_type": "kimi_k25",
+    "architectures": ["KimiK25ForConditionalGeneration"],
+    # transformers' Kimi_K25Config reads the published text model_type kimi_k2 as deepseek_v3
+    "text_config": dict(TEXT_CONFIG, model_type="deepseek_v3"),
+    "vision_config": dict(VISION_CONFIG, model_type="kimi_k25_vision"),
+    "projection_hidden_size": 1152,
+    "projection_layer_norm_eps": 1e-5,
+    "image_token_id": 163605,
+    "bos_token_id": 163584,
+    "eos_token_id": 163585,
+    "pad_token_id": 163839,
+    "tie_word_embeddings": False,
+}
+"""The whole config, as transformers' ``Kimi_K25Config`` holds it."""
 
-    return CONFIG_MAPPING["kimi_k25"](
-        text_config=dict(TEXT_CONFIG),
-        vision_config=dict(VISION_CONFIG),
-        projection_hidden_size=1152,
-        projection_layer_norm_eps=1e-5,
-        image_token_id=163605,
-        bos_token_id=163584,
-        eos_token_id=163585,
-        pad_token_id=163839,
-        tie_word_embeddings=False,
-        architectures=["KimiK25ForConditionalGeneration"],
-    )
+
+def kimi_k25_config():
+    """A fresh Kimi-K2.5 config as plain values (no transformers import: the engine view reads
+    numbers only); ``infercast_adapters.config.to_transformers`` gives the native
+    ``Kimi_K25Config`` where a transformers model is built."""
+    from infercast_adapters.config import PlainConfig
+
+    return PlainConfig(CONFIG)

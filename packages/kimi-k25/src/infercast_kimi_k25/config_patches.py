@@ -69,14 +69,13 @@ def replace_flash_attention(config: Any, fallback: str = FALLBACK_ATTENTION) -> 
     where transformers cannot use flash-attn 2 (CPU, meta device, most CI, or flash-attn 4
     only) it refuses to build the model. Use ``fallback`` instead wherever flash attention is
     requested. Returns the names of the configs changed."""
-    if flash_attention_2_available():
+    asking = [(name, sub) for name, sub in _configs(config)
+              if getattr(sub, "_attn_implementation", None) == "flash_attention_2"]
+    if not asking or flash_attention_2_available():  # transformers is asked only when it matters
         return []
-    changed = []
-    for name, sub in _configs(config):
-        if getattr(sub, "_attn_implementation", None) == "flash_attention_2":
-            sub._attn_implementation = fallback
-            changed.append(name)
-    return sorted(set(changed))
+    for _, sub in asking:
+        sub._attn_implementation = fallback
+    return sorted({name for name, _ in asking})
 
 
 def bridge_vision_names(vision: Any) -> dict[str, Any]:
@@ -137,9 +136,15 @@ def _configs(config: Any) -> list[tuple[str, Any]]:
     return found
 
 
+def _is_remote(config: Any) -> bool:
+    """Whether ``config``'s class is the checkpoint's remote code, whose modeling code imports
+    ``is_torch_fx_available`` (not transformers' own class, not plain values)."""
+    return not type(config).__module__.startswith(("transformers.models.", "infercast_adapters."))
+
+
 def patch_config(config: Any) -> dict[str, Any]:
     """Run every phase-1 patch on a ``kimi_k25`` config, in place; returns what each changed."""
-    report: dict[str, Any] = {"is_torch_fx_available": provide_is_torch_fx_available()}
+    report: dict[str, Any] = {"is_torch_fx_available": provide_is_torch_fx_available() if _is_remote(config) else False}
     report["attention"] = replace_flash_attention(config)
     vision = getattr(config, "vision_config", None)
     report["vision_names"] = bridge_vision_names(vision) if vision is not None else {}

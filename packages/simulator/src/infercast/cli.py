@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import os
 import sys
@@ -686,5 +687,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             _warn_about_skipped_plugins()
 
 
+def console_main() -> int:
+    """The ``infercast`` command: :func:`main`, then a shutdown without the final garbage collection.
+
+    By exit everything a command built (torch's operator registry, the traced model) is garbage, and
+    collecting it costs about 0.15 s of a 1.3 s answer; ``gc.freeze`` leaves it to the operating
+    system. The usual teardown still runs (atexit handlers, threads joined, files flushed).
+    Library callers and tests use :func:`main`, which leaves the collector alone (pytest splits its
+    ``console_main`` from ``main`` the same way).
+    """
+    try:
+        return main()
+    finally:
+        gc.freeze()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console_main())

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 from infercast_adapters import InfercastError, patched
 from infercast_adapters.arch import text_config_of
-from infercast_adapters.config import apply_num_hidden_layers_override, load_config
+from infercast_adapters.config import apply_num_hidden_layers_override, load_config, to_transformers
 
 from infercast.export import DTYPE_NAMES, PHASES, abi
 from infercast.export.graph import extract, require_pytorch_ir, untraceable, write_ir
@@ -179,7 +179,8 @@ def export_model(request: ExportRequest, *, manager=None, progress: Progress | N
     validate_request(request)
     require_pytorch_ir()
     manager = manager or get_manager()
-    config = load_config(request.model, manager=manager, known_models=known_model_refs(manager))
+    # the model view builds transformers' own model: a plain config becomes its native class
+    config = to_transformers(load_config(request.model, manager=manager, known_models=known_model_refs(manager)))
     manager.patch_config(config)
     profile = manager.profile_for(config.model_type)
     if profile is None:

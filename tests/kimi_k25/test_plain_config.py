@@ -47,6 +47,7 @@ def test_the_native_class_reads_the_plain_values() -> None:
 def test_plain_and_native_configs_simulate_identically(user: UserInput, monkeypatch: pytest.MonkeyPatch) -> None:
     plain = _json(user)
     monkeypatch.setattr(plugin, "kimi_k25_config", lambda: to_transformers(kimi_k25_config()))
+    assert not isinstance(plugin.infercast_resolve_config(KIMI), PlainConfig)
     native = _json(user)
     assert plain == native
 

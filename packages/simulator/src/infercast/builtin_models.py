@@ -217,13 +217,16 @@ def infercast_register_speculative(register) -> None:
 
 @hookimpl
 def infercast_resolve_config(model_ref: str):
-    from infercast_adapters.config import config_from_dict
+    """A bundled architecture as plain values: pricing it never imports transformers (each
+    dictionary holds every field the simulator reads, with transformers' values; the tests
+    compare both readings)."""
+    from infercast_adapters.config import PlainConfig
 
     ref = ALIASES.get(model_ref, ALIASES.get(model_ref.lower(), model_ref))
     values = BUNDLED.get(ref)
     if values is None:
         return None
-    return config_from_dict(values, source=f"bundled {ref}")
+    return PlainConfig(values)
 
 
 @hookimpl

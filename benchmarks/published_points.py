@@ -36,7 +36,18 @@ LLAMA2_COMMON = dict(model_type="llama", architectures=["LlamaForCausalLM"], voc
                      max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000.0, hidden_act="silu",
                      tie_word_embeddings=False, torch_dtype="float16")
 
+# Kimi-K2-Instruct-0905: Kimi-K2.5's text model (the same DeepSeek-V3 architecture with 384
+# experts, 64 heads, one dense layer), shipped with every linear layer in FP8 128x128 blocks
+# instead of INT4 experts; its config.json names model_type kimi_k2.
+def _kimi_k2_instruct() -> dict:
+    from infercast_kimi_k25.architecture import TEXT_CONFIG
+
+    return dict(TEXT_CONFIG, quantization_config={"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                                  "weight_block_size": [128, 128]})
+
+
 TRTLLM_090, NIM_180, VLLM_CI, COOKBOOK = "TRT-LLM 0.9.0", "NIM 1.8.0", "vLLM CI", "sgl-cookbook"
+SGLANG_PR = "sglang PR 13466"
 SOURCES = {
     TRTLLM_090: "NVIDIA/TensorRT-LLM docs/source/performance.md at v0.9.0, the 'first token latency' tables at "
                 "batch 1 (gptSessionBenchmark with output length 1; FP8 weights and KV cache)",
@@ -50,6 +61,11 @@ SOURCES = {
               "8K in: 41,941; 1K out: 4,210-4,220; 8K out: 44,452): TTFT at the mean prompt, TPOT at the mean "
               "prompt plus half the mean output. DeepSeek-R1-0528 and Qwen3-235B-A22B-Instruct-2507 on 8 x B200 "
               "(SGLang 0.5.6.post1 / 0.5.6), Llama-3.1-70B on 8 x A100 (0.5.6), all --tp 8",
+    SGLANG_PR: "sgl-project/sglang PR 13466 (2025-11-18, 'Support Kimi-K2 (non-Thinking)' for piecewise CUDA "
+               "graphs), the 'After' table: moonshotai/Kimi-K2-Instruct-0905 --tp 8 --enable-piecewise-cuda-graph, "
+               "sglang.bench_serving random 1,024 in / 16 out, range ratio 1.0, 16 prompts at --max-concurrency 1. "
+               "The GPU is not named; the PR's log (a 0.53 GB KV pool after 8 GB of graph capture beside ~1 TB of "
+               "FP8 weights on 8 GPUs) fits 141 GB cards only, so H200",
 }
 
 
@@ -65,10 +81,7 @@ class Published:
 
 
 def _llama2(name: str, root: Path) -> str:
-    path = root / name / "config.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({**LLAMA2_COMMON, **LLAMA2[name]}))
-    return str(path.parent)
+    return _config_dir(name, {**LLAMA2_COMMON, **LLAMA2[name]}, root)
 
 
 def simulated(read: str, **fields) -> Callable[[], float]:
@@ -105,8 +118,16 @@ def batch_latency(model: str, device: str, tp: int, batch: int, prompt: int, out
     return run
 
 
+def _config_dir(name: str, values: dict, root: Path) -> str:
+    path = root / name / "config.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(values))
+    return str(path.parent)
+
+
 def points(root: Path) -> list[Published]:
     l7, l70 = _llama2("Llama-2-7B", root), _llama2("Llama-2-70B", root)
+    kimi_k2 = _config_dir("Kimi-K2-Instruct-0905", _kimi_k2_instruct(), root)
     llama70 = "meta-llama/Llama-3.1-70B-Instruct"  # Llama-3.3-70B has the same architecture
     llama8 = "meta-llama/Llama-3.1-8B-Instruct"
     return [
@@ -154,6 +175,11 @@ def points(root: Path) -> list[Published]:
                   COOKBOOK, sglang_c1(llama70, "A100", 8, prompt=4194)),
         Published("C10", "Llama-3.1-70B bf16, 8 x A100 TP8, context 821", 18.63, "decode", "client TPOT, mean",
                   COOKBOOK, sglang_c1(llama70, "A100", 8, context=610 + 211)),
+        Published("K1", "Kimi-K2-Instruct FP8, 8 x H200 TP8, 1,024 tokens", 95.154, "prefill",
+                  "client TTFT, mean; prefill ran under piecewise CUDA graphs, which the simulator does not model "
+                  "(it launches sglang's prefill eagerly)", SGLANG_PR, sglang_c1(kimi_k2, "H200", 8, prompt=1024)),
+        Published("K2", "Kimi-K2-Instruct FP8, 8 x H200 TP8, context 1,032", 11.376, "decode", "client TPOT, mean",
+                  SGLANG_PR, sglang_c1(kimi_k2, "H200", 8, context=1024 + 8)),
         Published("V1", "Llama-3.1-8B bf16, 1 x H200", 833.421, "decode", "offline batch latency",
                   VLLM_CI, batch_latency(llama8, "H200", 1, 8, 32, 128)),
         Published("V2", "Llama-3-70B bf16, 4 x H200 TP4", 2077.53, "decode", "offline batch latency",

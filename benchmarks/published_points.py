@@ -48,6 +48,7 @@ def _kimi_k2_instruct() -> dict:
 
 TRTLLM_090, NIM_180, VLLM_CI, COOKBOOK = "TRT-LLM 0.9.0", "NIM 1.8.0", "vLLM CI", "sgl-cookbook"
 SGLANG_PR = "sglang PR 13466"
+
 SOURCES = {
     TRTLLM_090: "NVIDIA/TensorRT-LLM docs/source/performance.md at v0.9.0, the 'first token latency' tables at "
                 "batch 1 (gptSessionBenchmark with output length 1; FP8 weights and KV cache)",
@@ -97,11 +98,14 @@ def trtllm_prefill(model: str, device: str, tp: int, tokens: int) -> Callable[[]
                      query_length=tokens, quantize_linear_action="FP8", kv_cache_dtype="fp8", engine="trtllm")
 
 
-def sglang_c1(model: str, device: str, tp: int, *, prompt: int | None = None,
-              context: int | None = None) -> Callable[[], float]:
+def sglang_c1(model: str, device: str, tp: int, *, prompt: int | None = None, context: int | None = None,
+              prefill_graph: str = "auto") -> Callable[[], float]:
     """One request at a time through sglang: the client TTFT of a ``prompt``-token request, or
-    the TPOT of a decode step at ``context``."""
-    common = dict(model=model, device=device, num_devices=tp, tp_size=tp, num_queries=1)
+    the TPOT of a decode step at ``context``. The cookbook ran sglang 0.5.6.x, which launches
+    prefill eagerly (piecewise CUDA graphs are the default from 0.5.10): its points set
+    ``prefill_graph="off"`` and keep the newest tables, which cover the most kernels."""
+    common = dict(model=model, device=device, num_devices=tp, tp_size=tp, num_queries=1,
+                  prefill_cuda_graph=prefill_graph)
     if prompt is not None:
         return simulated("ttft_ms", **common, query_length=prompt)
     return simulated("tpot_ms", **common, decode=True, context_length=context)
@@ -156,28 +160,38 @@ def points(root: Path) -> list[Published]:
                   simulated("ttft_ms", model=llama70, device="H100", num_devices=2, tp_size=2, num_queries=1,
                             query_length=500, quantize_linear_action="FP8", engine="trtllm")),
         Published("C1", "DeepSeek-R1 FP8, 8 x B200 TP8, 610 tokens", 153.00, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, prompt=610)),
+                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, prompt=610,
+                            prefill_graph="off")),
         Published("C2", "DeepSeek-R1 FP8, 8 x B200 TP8, 4,194 tokens", 165.91, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, prompt=4194)),
+                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, prompt=4194,
+                            prefill_graph="off")),
         Published("C3", "DeepSeek-R1 FP8, 8 x B200 TP8, context 821", 9.16, "decode", "client TPOT, mean",
-                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, context=610 + 211)),
+                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, context=610 + 211,
+                            prefill_graph="off")),
         Published("C4", "DeepSeek-R1 FP8, 8 x B200 TP8, context 2,833", 9.21, "decode", "client TPOT, mean",
-                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, context=610 + 2223)),
+                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, context=610 + 2223,
+                            prefill_graph="off")),
         Published("C5", "Qwen3-235B-A22B bf16, 8 x B200 TP8, 610 tokens", 99.03, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, prompt=610)),
+                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, prompt=610,
+                            prefill_graph="off")),
         Published("C6", "Qwen3-235B-A22B bf16, 8 x B200 TP8, 4,194 tokens", 139.90, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, prompt=4194)),
+                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, prompt=4194,
+                            prefill_graph="off")),
         Published("C7", "Qwen3-235B-A22B bf16, 8 x B200 TP8, context 821", 10.12, "decode", "client TPOT, mean",
-                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, context=610 + 211)),
+                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, context=610 + 211,
+                            prefill_graph="off")),
         Published("C8", "Llama-3.1-70B bf16, 8 x A100 TP8, 610 tokens", 131.61, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1(llama70, "A100", 8, prompt=610)),
+                  COOKBOOK, sglang_c1(llama70, "A100", 8, prompt=610,
+                            prefill_graph="off")),
         Published("C9", "Llama-3.1-70B bf16, 8 x A100 TP8, 4,194 tokens", 395.25, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1(llama70, "A100", 8, prompt=4194)),
+                  COOKBOOK, sglang_c1(llama70, "A100", 8, prompt=4194,
+                            prefill_graph="off")),
         Published("C10", "Llama-3.1-70B bf16, 8 x A100 TP8, context 821", 18.63, "decode", "client TPOT, mean",
-                  COOKBOOK, sglang_c1(llama70, "A100", 8, context=610 + 211)),
+                  COOKBOOK, sglang_c1(llama70, "A100", 8, context=610 + 211,
+                            prefill_graph="off")),
         Published("K1", "Kimi-K2-Instruct FP8, 8 x H200 TP8, 1,024 tokens", 95.154, "prefill",
-                  "client TTFT, mean; prefill ran under piecewise CUDA graphs, which the simulator does not model "
-                  "(it launches sglang's prefill eagerly)", SGLANG_PR, sglang_c1(kimi_k2, "H200", 8, prompt=1024)),
+                  "client TTFT, mean; prefill in piecewise CUDA graphs (on in the run, sglang's default from "
+                  "0.5.10)", SGLANG_PR, sglang_c1(kimi_k2, "H200", 8, prompt=1024)),
         Published("K2", "Kimi-K2-Instruct FP8, 8 x H200 TP8, context 1,032", 11.376, "decode", "client TPOT, mean",
                   SGLANG_PR, sglang_c1(kimi_k2, "H200", 8, context=1024 + 8)),
         Published("V1", "Llama-3.1-8B bf16, 1 x H200", 833.421, "decode", "offline batch latency",

@@ -81,6 +81,7 @@ class StepPricer:
     def __init__(self, planner: Planner) -> None:
         self.planner = planner
         self._steps: dict[tuple, float] = {}
+        self._records: dict[tuple, list] = {}
         self._static: dict[tuple, Config] = {}
 
     def static(self, layout: Layout, quant: str | None, batch: int, spec: SpecChoice | None) -> Config:
@@ -90,18 +91,24 @@ class StepPricer:
             self._static[key] = self.planner.evaluate(layout, quant, batch, spec)
         return replace(self._static[key])
 
-    def step(self, layout: Layout, quant: str | None, workload: Workload | MixedWorkload, tbo: bool = False) -> float:
+    def step(self, layout: Layout, quant: str | None, workload: Workload | MixedWorkload, tbo: bool = False,
+             prefill_graphs: bool = True) -> float:
         from infercast.pricing import phase_of
         from infercast.step import price_records, step_time
         from infercast.trace import trace
 
-        key = (layout, quant, workload, tbo)
+        key = (layout, quant, workload, tbo, prefill_graphs)
         if key not in self._steps:
             planner = self.planner
             built, ctx = planner._model(layout, quant)
             with ctx.using(workload):
-                records = trace(built.sim, ctx.tokens)
-                phase = phase_of(planner.costs, ctx, workload.decode)
+                records = self._records.get((layout, quant, workload))  # traced once, priced with and without graphs
+                if records is None:
+                    records = trace(built.sim, ctx.tokens)
+                    planner.traces += 1
+                    if not workload.decode:
+                        self._records[(layout, quant, workload)] = records
+                phase = phase_of(planner.costs, ctx, workload.decode, prefill_graphs=prefill_graphs)
                 requests = ctx.requests
             micro = None
             if tbo:
@@ -110,7 +117,6 @@ class StepPricer:
                 with ctx.using(half):
                     micro = price_records(trace(built.sim, ctx.tokens), planner.costs, phase)
                 planner.traces += 1
-            planner.traces += 1
             priced = price_records(records, planner.costs, phase)
             self._steps[key] = step_time(priced, planner.costs, phase, micro=micro, requests=requests).seconds
         return self._steps[key]
@@ -134,10 +140,10 @@ class StepPricer:
             if tokens == 0:
                 c = self.static(layout, quant, decoding, spec)
                 return c.tpot_ms * c.accept_length / 1e3
-            if decoding == 0:
-                return self.step(layout, quant, self.chunk(tokens, shape, dp))
+            if decoding == 0:  # sglang captures no prefill graphs with speculative decoding
+                return self.step(layout, quant, self.chunk(tokens, shape, dp), prefill_graphs=spec is None)
             return self.step(layout, quant, MixedWorkload(Workload(decoding, 1, context, True),
-                                                          self.chunk(tokens, shape, dp)))
+                                                          self.chunk(tokens, shape, dp)), prefill_graphs=spec is None)
 
         return GridCost(doublings(dp, batch), doublings(dp * shape.piece, chunk, chunk // 4, chunk // 2), price)
 

@@ -68,6 +68,8 @@ class Phase:
     """Under CUDA graphs (decode up to the engine's capture size) or eagerly launched."""
     decode: bool
     scale_up_domain: int
+    piecewise: bool = False
+    """Under piecewise graphs: attention still launches eagerly between the captured pieces."""
 
 
 class CostModel:

@@ -28,6 +28,39 @@ class HostCost:
         return self.seconds + self.per_item_s * items
 
 
+EAGER_UNDER_PIECEWISE = frozenset({"attention", "mla_attention", "mla_prefill_attention", "kv_cache_write"})
+"""Operators a piecewise CUDA graph leaves out: attention and the cache write inside it run
+eagerly between the captured pieces (sglang's and vLLM's split op wraps the attention backend's
+forward, which stores the new keys and values)."""
+
+
+@dataclass(frozen=True)
+class PrefillGraphs:
+    """Prefill replayed from piecewise CUDA graphs: every operator but attention is captured, so
+    a forward launches its attention kernels and one replay per piece instead of every kernel."""
+
+    since: str | None
+    """The first engine version that captures prefill by default (None: every version)."""
+    max_tokens_mla: int | None
+    """The most tokens per rank a forward may have to be captured with MLA attention (None: as
+    without MLA, up to the chunked-prefill size)."""
+    blocked_by: Mapping[str, str]
+    """Deployment features that switch capture off, each with the engine's own reason."""
+    source: str
+
+    def applies(self, version: str | None) -> bool:
+        """Whether ``version`` captures prefill by default (an unknown version is taken as the
+        newest, as the default tables are)."""
+        if self.since is None or version is None:
+            return True
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            return Version(version) >= Version(self.since)
+        except InvalidVersion:
+            return True
+
+
 @dataclass(frozen=True)
 class Engine:
     name: str
@@ -42,8 +75,8 @@ class Engine:
     """One-node all-reduces use the engine's own kernel (else NCCL)."""
     decode_graph_max_batch: int
     """Decode steps with up to this many requests per rank replay a CUDA graph."""
-    prefill_graph: bool
-    """Prefill runs under (piecewise) CUDA graphs, as vLLM V1 compiles it; else it launches eagerly."""
+    prefill_graphs: PrefillGraphs | None
+    """When prefill runs under piecewise CUDA graphs (None: it always launches eagerly)."""
     eager_launch: HostCost
     """Host time to launch one kernel eagerly (prefill): the GPU idles when kernels are shorter."""
     step: HostCost
@@ -123,12 +156,28 @@ VLLM_STEP = HostCost(
     per_item_s=12.7e-6,
 )
 
+SGLANG_PIECEWISE = PrefillGraphs(
+    since="0.5.10", max_tokens_mla=2048,
+    blocked_by={
+        "speculative": "speculative decoding",
+        "dp_attention": "DP attention",
+        "moe_all_to_all": "an MoE all-to-all backend (DeepEP)",
+        "multimodal": "a multimodal model",
+        "disaggregated": "PD disaggregation",
+    },
+    source="sglang server_args.py: piecewise CUDA graphs are opt-in up to 0.5.9 (--enable-piecewise-cuda-graph) and "
+    "on by default from 0.5.10 (--disable-piecewise-cuda-graph; from 0.5.14 the tc_piecewise prefill backend), "
+    "switched off automatically for speculative decoding, DP attention, an MoE all-to-all backend, multimodal "
+    "models and PD disaggregation (_handle_piecewise_cuda_graph); captured up to the chunked-prefill size, 2,048 "
+    "tokens with MLA",
+)
+
 register(Engine(
     name="sglang", tables="sglang",
     attention_lanes=("fa3", "trtllm_mha", "flashinfer", "flash_attention"),
     moe_kernels={"w4a16": ("marlin",), "bf16": ("triton", "flashinfer_cutlass"), "fp8_block": ("triton", "deepgemm"),
                  "fp8": ("triton",), "mxfp4_w4a16": ("triton", "marlin")},
-    custom_all_reduce=True, decode_graph_max_batch=256, prefill_graph=False,
+    custom_all_reduce=True, decode_graph_max_batch=256, prefill_graphs=SGLANG_PIECEWISE,
     eager_launch=SGLANG_EAGER, step=SGLANG_STEP, request=SGLANG_REQUEST,
     # speculative decoding runs without the overlap scheduler unless SGLANG_ENABLE_SPEC_V2 is set
     # (sglang docs, advanced_features/speculative_decoding.md: "SpecV2 ... overlap scheduler (experimental)")
@@ -141,7 +190,11 @@ register(Engine(
     attention_lanes=("fa3", "flashinfer_trtllm", "flash_attn", "triton"),
     moe_kernels={"w4a16": ("marlin",), "bf16": ("triton",), "fp8_block": ("triton", "flashinfer_cutlass"),
                  "fp8": ("flashinfer_cutlass", "cutlass"), "mxfp4_w4a16": ("marlin", "triton")},
-    custom_all_reduce=True, decode_graph_max_batch=512, prefill_graph=True,
+    custom_all_reduce=True, decode_graph_max_batch=512,
+    prefill_graphs=PrefillGraphs(since=None, max_tokens_mla=None, blocked_by={},
+                                 source="vLLM V1 compiles the model with torch.compile and replays piecewise CUDA "
+                                 "graphs with attention left out of them as a non-CUDA-graph op (vLLM docs, "
+                                 "design/torch_compile)"),
     eager_launch=TORCH_EAGER, step=VLLM_STEP,
     request=replace(SGLANG_REQUEST, source="assumed equal to sglang's (both serve the OpenAI API from Python): "
                     + SGLANG_REQUEST.source),
@@ -151,7 +204,7 @@ register(Engine(
     attention_lanes=("torch_flow", "default"),
     moe_kernels={"bf16": ("cutlass",), "fp8_block": ("cutlass", "deepgemm"), "fp8": ("cutlass",),
                  "mxfp4_w4a16": ("moe_torch_flow",), "nvfp4": ("cutlass", "trtllm")},
-    custom_all_reduce=True, decode_graph_max_batch=128, prefill_graph=False,
+    custom_all_reduce=True, decode_graph_max_batch=128, prefill_graphs=None,
     eager_launch=TORCH_EAGER,
     step=replace(SGLANG_STEP, source="assumed equal to sglang's (TensorRT-LLM also overlaps scheduling; its overlap "
                  "scheduler gains 1.03x at batch 1, TensorRT-LLM tech blog 2): " + SGLANG_STEP.source),

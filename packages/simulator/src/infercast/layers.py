@@ -42,6 +42,9 @@ class SimContext:
     kv_cache_dtype: torch.dtype = torch.bfloat16
     expert_imbalance: str = "balanced"
     """Routing distribution over experts (:mod:`infercast.routing`)."""
+    prefill_graph_tokens: int = 0
+    """The most tokens per rank a prefill forward replays from piecewise CUDA graphs (0: every
+    prefill forward launches eagerly); set by :func:`infercast.pricing.prefill_graph_tokens`."""
 
     @contextlib.contextmanager
     def using(self, workload: Workload) -> Iterator[None]:

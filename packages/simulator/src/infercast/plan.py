@@ -27,9 +27,9 @@ from infercast.devices import GIB, DeviceSpec
 from infercast.layers import KV_DTYPES, SimContext
 from infercast.memory import MEMORY_FRACTION
 from infercast.parallel import Parallel, Workload, validate_layout
-from infercast.pricing import cost_model_for, phase_of, spec_host_rows
+from infercast.pricing import cost_model_for, phase_of, prefill_graph_tokens, spec_host_rows
 from infercast.request import UserInput
-from infercast.serving import MODES, ServingOptions
+from infercast.serving import MODES, ServingOptions, default_chunk
 from infercast.simulate import _resolve_quant, resolve_profile, routed_experts, speculative_request
 from infercast.step import price_records, step_time
 from infercast.trace import trace
@@ -121,6 +121,8 @@ class PlanRequest:
     calibration: str | None = None
     cost_model: str = "measured"
     expert_imbalance: str = "balanced"
+    prefill_cuda_graph: str = "auto"
+    """Prefill in piecewise CUDA graphs: ``auto``, ``on`` or ``off`` (as ``UserInput``)."""
     mode: str = "agg"
     """``agg`` (continuous batching with chunked prefill), ``disagg`` (prefill and decode pools)
     or ``both``; ``static``: one request's prefill alone and the decode step at each batch."""
@@ -219,6 +221,7 @@ class Planner:
         self._built: dict[tuple, tuple[BuiltModel, SimContext]] = {}
         self._drafts: dict[tuple, Any] = {}
         self._seconds: dict[tuple, float] = {}
+        self._prefill_records: dict[tuple, list] = {}
         self.traces = 0
         self.acceptance: dict[SpecChoice, tuple[float, str]] = {}
         self.spec_requests: dict[str, Any] = {}
@@ -281,7 +284,11 @@ class Planner:
             ctx = SimContext(parallel=parallel, workload=Workload(1, 1, 0, True), quant=plan,
                              kv_cache_dtype=KV_DTYPES[self.request.kv_cache_dtype],
                              expert_imbalance=self.request.expert_imbalance)
-            self._built[key] = (build(self.config, self.profile, ctx, self.manager), ctx)
+            built = build(self.config, self.profile, ctx, self.manager)
+            chunk = self.request.serving.chunked_prefill_size or default_chunk(self.device.memory_bytes)
+            ctx.prefill_graph_tokens = prefill_graph_tokens(self.costs, built, parallel, chunk,
+                                                            mode=self.request.prefill_cuda_graph)
+            self._built[key] = (built, ctx)
         return self._built[key]
 
     def _draft(self, layout: Layout, quant: str | None, option: str):
@@ -294,25 +301,29 @@ class Planner:
         return self._drafts[key]
 
     def seconds(self, layout: Layout, quant: str | None, model: str, batch: int, tokens: int, logits: int,
-                decode: bool = True, context: int = 0) -> float:
+                decode: bool = True, context: int = 0, prefill_graphs: bool = True) -> float:
         """One forward's kernel time, priced once per distinct shape (host time apart);
         ``model`` is ``target`` or ``draft:<option>``."""
         from infercast.speculative import trace_draft
 
-        key = (layout, quant, model, batch, tokens, logits, decode, context)
+        shape = (layout, quant, model, batch, tokens, logits, decode, context)
+        key = (*shape, prefill_graphs)
         if key not in self._seconds:
             workload = Workload(num_queries=batch, query_length=tokens, context_length=context, decode=decode)
             if model == "target":
                 built, ctx = self._model(layout, quant)
-                with ctx.using(workload):
-                    records = trace(built.sim, ctx.tokens)
             else:
-                draft, ctx = self._draft(layout, quant, model.partition(":")[2])
+                built, ctx = self._draft(layout, quant, model.partition(":")[2])
+            records = self._prefill_records.get(shape)  # a prefill is priced with and without graphs
+            if records is None:
                 with ctx.using(workload):
-                    records = trace_draft(draft, ctx.tokens, logits)
+                    records = (trace(built.sim, ctx.tokens) if model == "target"
+                               else trace_draft(built, ctx.tokens, logits))
+                self.traces += 1
+                if not decode:
+                    self._prefill_records[shape] = records
             with ctx.using(workload):
-                phase = phase_of(self.costs, ctx, decode)
-            self.traces += 1
+                phase = phase_of(self.costs, ctx, decode, prefill_graphs=prefill_graphs)
             priced = price_records(records, self.costs, phase)
             self._seconds[key] = step_time(priced, self.costs, phase, host_step=False).seconds
         return self._seconds[key]
@@ -368,7 +379,8 @@ class Planner:
         config.tpot_ms = cycle / tau * 1e3
         config.tokens_per_s_per_user = 1e3 / config.tpot_ms
         config.tokens_per_s_per_device = batch * tau / cycle / layout.num_devices
-        config.ttft_ms = (self.seconds(layout, quant, "target", 1, r.input_length, 1, decode=False)
+        config.ttft_ms = (self.seconds(layout, quant, "target", 1, r.input_length, 1, decode=False,
+                                       prefill_graphs=spec is None)
                           + engine.step.at(1) + engine.request.at(r.input_length)) * 1e3
         ratios = [v / slo for v, slo in ((config.ttft_ms, r.ttft_slo_ms), (config.tpot_ms, r.tpot_slo_ms)) if slo]
         config.violation = max([0.0] + [x - 1 for x in ratios])
@@ -466,6 +478,20 @@ def quantization_flags(engine: str, quantization: str | None) -> tuple[list[str]
                 f"point the model path at one (the engine reads its quantization_config; no flag)")
 
 
+def sglang_prefill_graph_flags(mode: str, version: str | None) -> list[str]:
+    """sglang's flag for ``--prefill-cuda-graph on|off`` where it differs from the version's
+    default: ``--enable-piecewise-cuda-graph`` before 0.5.10, ``--disable-piecewise-cuda-graph``
+    from 0.5.10 (an alias of ``--cuda-graph-backend-prefill disabled`` from 0.5.14)."""
+    from infercast.engines import SGLANG_PIECEWISE
+
+    default_on = SGLANG_PIECEWISE.applies(version)
+    if mode == "on" and not default_on:
+        return ["--enable-piecewise-cuda-graph"]
+    if mode == "off" and default_on:
+        return ["--disable-piecewise-cuda-graph"]
+    return []
+
+
 def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, spec: Any = None) -> list[str]:
     """``python -m sglang.launch_server ...`` for ``config`` (first node's command when multi-node)."""
     layout = config.layout
@@ -483,6 +509,7 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
     if request.kv_cache_dtype not in ("bf16", "auto"):
         cmd += ["--kv-cache-dtype", "fp8_e4m3" if request.kv_cache_dtype == "fp8" else request.kv_cache_dtype]
     cmd += ["--max-running-requests", str(config.batch)]
+    cmd += sglang_prefill_graph_flags(request.prefill_cuda_graph, request.engine_version)
     if config.serving:  # continuous batching as planned: the chunk budget, decodes mixed into prompt steps
         cmd += ["--chunked-prefill-size", str(config.serving["chunked_prefill_size"])]
         cmd += ["--enable-mixed-chunk"] if config.serving["policy"] == "mixed" else []

@@ -37,12 +37,42 @@ def cost_model_for(user: UserInput, device: DeviceSpec) -> CostModel:
     return CostModel(device, user.engine, user.engine_version, calibration, measured=user.cost_model == "measured")
 
 
-def phase_of(model: CostModel, ctx: SimContext, decode: bool) -> Phase:
-    """Decode replays a CUDA graph up to the engine's capture size; prefill launches eagerly
-    unless the engine captures prefill too."""
-    engine = model.engine
-    graph = (ctx.requests <= engine.decode_graph_max_batch) if decode else engine.prefill_graph
-    return Phase(graph=graph, decode=decode, scale_up_domain=ctx.parallel.scale_up_domain)
+def phase_of(model: CostModel, ctx: SimContext, decode: bool, *, prefill_graphs: bool = True) -> Phase:
+    """Decode replays a CUDA graph up to the engine's capture size; a prefill forward replays
+    piecewise graphs up to ``ctx.prefill_graph_tokens`` per rank (unless ``prefill_graphs`` is
+    False: a speculative or disaggregated deployment) and launches eagerly beyond."""
+    if decode:
+        graph = ctx.requests <= model.engine.decode_graph_max_batch
+        return Phase(graph=graph, decode=True, scale_up_domain=ctx.parallel.scale_up_domain)
+    piecewise = prefill_graphs and 0 < ctx.tokens <= ctx.prefill_graph_tokens
+    return Phase(graph=piecewise, decode=False, scale_up_domain=ctx.parallel.scale_up_domain, piecewise=piecewise)
+
+
+def prefill_graph_blockers(model: CostModel, built: BuiltModel, parallel: Any, *, mode: str = "auto",
+                           speculative: bool = False, disaggregated: bool = False) -> list[str]:
+    """Why the engine launches this deployment's prefill eagerly (empty: it captures piecewise
+    CUDA graphs), in the engine's words; ``mode`` is the request's ``prefill_cuda_graph``."""
+    policy = model.engine.prefill_graphs
+    if policy is None:
+        return [f"{model.engine.name} has no prefill CUDA graphs"]
+    if mode == "off":
+        return ["--prefill-cuda-graph off"]
+    if mode != "on" and not policy.applies(model.engine_version):
+        return [f"{model.engine.name} {model.engine_version} captures prefill only on request (default from "
+                f"{policy.since})"]
+    features = {"speculative": speculative, "dp_attention": parallel.dp > 1, "moe_all_to_all": parallel.ep > 1,
+                "multimodal": built.vision_param_count > 0, "disaggregated": disaggregated}
+    return [reason for feature, reason in policy.blocked_by.items() if features.get(feature)]
+
+
+def prefill_graph_tokens(model: CostModel, built: BuiltModel, parallel: Any, chunk: int, *,
+                         mode: str = "auto") -> int:
+    """Tokens per rank up to which a prefill forward replays piecewise CUDA graphs (0: none):
+    the chunked-prefill size ``chunk``, capped for MLA where the engine caps it."""
+    if prefill_graph_blockers(model, built, parallel, mode=mode):
+        return 0
+    cap = model.engine.prefill_graphs.max_tokens_mla if built.profile.attention_kind == "mla" else None
+    return min(chunk, cap) if cap else chunk
 
 
 def price(user: UserInput, built: BuiltModel, records: list[OpRecord], model: CostModel, ctx: SimContext,
@@ -112,7 +142,7 @@ def price(user: UserInput, built: BuiltModel, records: list[OpRecord], model: Co
         routing_assumption=moe.routing_assumption if moe is not None else None,
         ops=ops, simulation_wall_s=0.0, notes=notes,
         cost_model={"engine": model.engine.name, "engine_version": model.engine_version, "sources": model.describe(),
-                    "cuda_graph": phase.graph, "measured_share": shares},
+                    "cuda_graph": phase.graph, "piecewise": phase.piecewise, "measured_share": shares},
         _timed=priced,
     )
 

@@ -64,7 +64,7 @@ def print_summary(result: SimResult, console: Console, *, show_ops: int = 10) ->
         share = cm["measured_share"]
         summary.add_row("priced by", f"{cm['sources']}; engine {cm['engine']}"
                         f"{' ' + cm['engine_version'] if cm.get('engine_version') else ''}, "
-                        f"{'CUDA graph' if cm['cuda_graph'] else 'eager launches'}")
+                        f"{'piecewise CUDA graphs' if cm.get('piecewise') else 'CUDA graph' if cm['cuda_graph'] else 'eager launches'}")
         summary.add_row("from measurements", f"{share['measured'] + share['interpolated']:.0%} of the time "
                         f"(measured {share['measured']:.0%}, interpolated {share['interpolated']:.0%}; "
                         f"extrapolated {share['extrapolated']:.0%}, analytic {share['analytic']:.0%}, "

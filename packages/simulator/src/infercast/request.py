@@ -30,6 +30,7 @@ SPEC_ALGORITHMS = ("EAGLE3", "EAGLE", "MTP", "NEXTN")
 ENGINES = ("sglang", "vllm", "trtllm")
 COST_MODELS = ("measured", "analytic")
 IMBALANCE = ("balanced", "power-law-1.01", "power-law-1.2")
+PREFILL_GRAPH_MODES = ("auto", "on", "off")
 
 
 class FieldError(InfercastError):
@@ -130,6 +131,9 @@ class UserInput:
     cost_model: str = opt("measured", "measured: tables where they exist, analytic elsewhere (default); analytic: "
                           "roofline only", COST, choices=COST_MODELS)
     expert_imbalance: str = opt("balanced", "MoE routing skew (default balanced)", COST, choices=IMBALANCE)
+    prefill_cuda_graph: str = opt("auto", "prefill in piecewise CUDA graphs: auto (the engine version's default "
+                                  "and its rules, default), on (also where the version makes it opt-in), off",
+                                  COST, choices=PREFILL_GRAPH_MODES)
 
 
 def flag_of(name: str) -> str:
@@ -213,6 +217,11 @@ def check(user: UserInput) -> UserInput:
         acceptance = [n for n in spec_fields[4:] if getattr(user, n) is not None]
         if len(acceptance) > 1:
             raise FieldError(acceptance[1], f"and {{{acceptance[0]}}} both give the acceptance; give one")
+    from infercast.engines import engine_named
+
+    if user.prefill_cuda_graph == "on" and engine_named(user.engine).prefill_graphs is None:
+        raise FieldError("prefill_cuda_graph", f"on: infercast models no prefill CUDA graphs for {user.engine} "
+                         "(sglang and vllm have them); use auto or off")
     if user.cost_model == "analytic" and user.engine_version is not None:
         raise FieldError("engine_version", "selects measured kernel tables; it has no effect with {cost_model} "
                          "analytic")

@@ -51,7 +51,7 @@ class SimResult:
     ops: list[OpRow]
     simulation_wall_s: float
     cost_model: dict[str, Any] = field(default_factory=dict)
-    """``{engine, engine_version, sources, measured_share, cuda_graph}``: what priced the step."""
+    """``{engine, engine_version, sources, measured_share, cuda_graph, piecewise}``: what priced the step."""
     notes: list[str] = field(default_factory=list)
     images: dict[str, Any] | None = None
     speculative: dict[str, Any] | None = None

@@ -19,9 +19,10 @@ from infercast_adapters.config import load_config
 from infercast.build import build
 from infercast.layers import KV_DTYPES, SimContext
 from infercast.parallel import Parallel, Workload, validate_layout, validate_workload
-from infercast.pricing import cost_model_for, price, price_speculative
+from infercast.pricing import cost_model_for, prefill_graph_blockers, prefill_graph_tokens, price, price_speculative
 from infercast.quant import plan_from_action, plan_from_checkpoint
 from infercast.request import DEFAULT_DECODE_CONTEXT, DEFAULT_DEVICE, UserInput, check
+from infercast.serving import default_chunk
 from infercast.results import OpRow, SimResult
 from infercast.trace import trace
 from infercast.validate import check_config
@@ -75,6 +76,8 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
                      expert_imbalance=check_distribution(user.expert_imbalance))
     model = cost_model_for(user, device)
     built = build(config, profile, ctx, manager)
+    ctx.prefill_graph_tokens = prefill_graph_tokens(model, built, parallel, default_chunk(device.memory_bytes),
+                                                    mode=user.prefill_cuda_graph)
     vision = None
     if user.image_batch_size:
         tower = built.sim.vision
@@ -103,6 +106,16 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     else:
         result = price_speculative(user, built, records, model, ctx, context, quant.describe(), spec, manager)
     result.model = model_ref
+    if not decode and model.engine.prefill_graphs is not None:
+        reasons = prefill_graph_blockers(model, built, parallel, mode=user.prefill_cuda_graph)
+        if reasons and reasons[0].startswith(("--", model.engine.name)):
+            result.notes.append(f"prefill launched eagerly: {reasons[0]}")
+        elif reasons:
+            result.notes.append(f"prefill launched eagerly ({model.engine.name} captures no piecewise CUDA graphs "
+                                f"with {', '.join(reasons)})")
+        elif ctx.tokens > ctx.prefill_graph_tokens:
+            result.notes.append(f"prefill launched eagerly: {ctx.tokens} tokens per rank, above the "
+                                f"{ctx.prefill_graph_tokens} that piecewise CUDA graphs capture")
     if user.model is None:
         entry = next((ref for ref, _ in manager.models() if ref.ref == model_ref), None)
         result.notes.append(f"no model given: simulated the default, {model_ref}"

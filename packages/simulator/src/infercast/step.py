@@ -6,6 +6,8 @@
   ``engine.eager_launch`` to issue; the host runs ahead of the GPU, so within each decoder
   layer the GPU waits for whichever is slower: the layer takes max(GPU time, launches x
   launch time). The excess is reported as its own row.
+- Under piecewise CUDA graphs (prefill in sglang from 0.5.10, vLLM) only attention launches
+  eagerly, between replays of the captured pieces, so only those launches count.
 - Every step also waits for the engine's host work between steps (scheduling, sampling),
   ``engine.step``, and a client-measured TTFT adds the per-request work ``engine.request``.
 """
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 
 from infercast.cost import cost_of
 from infercast.costmodel import CostModel, Phase, Priced
+from infercast.engines import EAGER_UNDER_PIECEWISE
 from infercast.trace import OpRecord
 
 Priced_ = list[tuple[OpRecord, Priced]]
@@ -89,9 +92,11 @@ def two_batch_overlap(micro: Priced_, whole: Priced_) -> float:
     return max(ready) + outside
 
 
-def exposed_launch(priced: Priced_, launch_s: float) -> float:
+def exposed_launch(priced: Priced_, launch_s: float, *, piecewise: bool = False) -> float:
     """Host launch time the GPU waits for, per decoder layer (and once for what runs outside
-    the layers): max(0, kernels x launch time - GPU time)."""
+    the layers): max(0, launches x launch time - GPU time). Eagerly every kernel is a launch;
+    under piecewise graphs only the attention kernels are, plus one replay per layer (the
+    piece that ends before its attention) and per group outside the layers."""
     if launch_s <= 0:
         return 0.0
     groups: dict[tuple, list] = defaultdict(lambda: [0.0, 0, 1])
@@ -99,9 +104,11 @@ def exposed_launch(priced: Priced_, launch_s: float) -> float:
         key = r.layers or ((r.layer,) if r.layer is not None else ("outside", r.path.split(".")[0]))
         g = groups[key]
         g[0] += p.seconds * (1 if r.layer is not None else r.count)
-        g[1] += cost_of(r).kernels * (1 if r.layer is not None else r.count)
+        if not piecewise or r.name.split("::")[-1] in EAGER_UNDER_PIECEWISE:
+            g[1] += cost_of(r).kernels * (1 if r.layer is not None else r.count)
         g[2] = r.count if r.layer is not None else 1
-    return sum(max(0.0, kernels * launch_s - gpu) * count for gpu, kernels, count in groups.values())
+    replays = 1 if piecewise else 0
+    return sum(max(0.0, (kernels + replays) * launch_s - gpu) * count for gpu, kernels, count in groups.values())
 
 
 def step_time(priced: Priced_, model: CostModel, phase: Phase, *, micro: Priced_ | None = None,
@@ -112,11 +119,12 @@ def step_time(priced: Priced_, model: CostModel, phase: Phase, *, micro: Priced_
     gpu = two_batch_overlap(micro, priced) if micro is not None else compute + comm
     engine = model.engine
     host = []
-    if not phase.graph:
-        exposed = exposed_launch(priced, engine.eager_launch.seconds)
+    if not phase.graph or phase.piecewise:
+        exposed = exposed_launch(priced, engine.eager_launch.seconds, piecewise=phase.piecewise)
         if exposed > 0:
-            host.append(HostRow("host: eager kernel launches not hidden by GPU time", exposed,
-                                engine.eager_launch.source))
+            name = ("host: attention launches and graph replays not hidden by GPU time (piecewise CUDA graphs)"
+                    if phase.piecewise else "host: eager kernel launches not hidden by GPU time")
+            host.append(HostRow(name, exposed, engine.eager_launch.source))
     if host_step and engine.step.at(requests):
         host.append(HostRow("host: scheduling, input preparation and sampling per step", engine.step.at(requests),
                             engine.step.source))

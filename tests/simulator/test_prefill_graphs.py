@@ -1,0 +1,130 @@
+"""Piecewise CUDA graphs in prefill: which engine versions and deployments capture them, and
+what the host then launches (attention eagerly, one replay per piece)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from infercast import step
+from infercast.engines import ENGINES
+from infercast.simulate import UserInput, simulate
+
+LLAMA = dict(model="meta-llama/Llama-3.1-8B-Instruct", device="H100", num_devices=1)
+
+
+def _graphs(result) -> tuple[bool, bool]:
+    return result.cost_model["cuda_graph"], result.cost_model["piecewise"]
+
+
+def _launch_row(result) -> float:
+    return sum(row.total_ms for row in result.ops if row.name.startswith("host:") and "launch" in row.name)
+
+
+@pytest.mark.parametrize(("version", "captured"), [("0.5.6.post2", False), ("0.5.9", False), ("0.5.10", True),
+                                                   ("0.5.14", True)])
+def test_sglang_captures_prefill_by_default_from_0_5_10(version: str, captured: bool) -> None:
+    assert ENGINES["sglang"].prefill_graphs.applies(version) is captured
+    result = simulate(UserInput(**LLAMA, query_length=64, engine_version=version))
+    assert _graphs(result) == (captured, captured)
+    notes = " ".join(result.notes)
+    assert ("only on request" in notes) is not captured
+    # 64 tokens: the GPU is shorter than 32 layers of eager launches, which only eager pays in full
+    eager_layer_launches = _launch_row(result)
+    assert (eager_layer_launches > 2.0) is not captured
+
+
+def test_piecewise_counts_attention_launches_and_one_replay_per_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    kernels = {"infercast::gemm": 3, "infercast::attention": 1, "infercast::kv_cache_write": 1, "infercast::rope": 1}
+    monkeypatch.setattr(step, "cost_of", lambda record: SimpleNamespace(kernels=kernels[record.name]))
+
+    def layer_ops(gpu_each: float):
+        return [(SimpleNamespace(name=name, layer=0, layers=(0, 1), count=2, path="layers.0"),
+                 SimpleNamespace(seconds=gpu_each)) for name in kernels]
+
+    launch = 10e-6
+    # two identical layers, 6 kernels each: eagerly 60 us of launches a layer, piecewise 1 attention
+    # + 1 cache write + 1 replay = 30 us; GPU 40 us a layer
+    assert step.exposed_launch(layer_ops(10e-6), launch) == pytest.approx(2 * (60e-6 - 40e-6))
+    assert step.exposed_launch(layer_ops(10e-6), launch, piecewise=True) == 0.0
+    # GPU 20 us a layer: piecewise still waits 10 us a layer
+    assert step.exposed_launch(layer_ops(5e-6), launch, piecewise=True) == pytest.approx(2 * (30e-6 - 20e-6))
+
+
+@pytest.mark.parametrize(("user", "reason"), [
+    (UserInput(model="deepseek-ai/DeepSeek-V3", num_devices=16, tp_size=8, dp_size=2, ep_size=16, query_length=512),
+     "DP attention"),
+    (UserInput(model="deepseek-ai/DeepSeek-V3", num_devices=16, tp_size=16, ep_size=16, query_length=512),
+     "all-to-all"),
+    (UserInput(model="moonshotai/Kimi-K2.5", query_length=512), "multimodal"),
+])
+def test_deployments_sglang_keeps_eager_say_why(user: UserInput, reason: str) -> None:
+    result = simulate(user)
+    assert _graphs(result) == (False, False)
+    assert any("prefill launched eagerly" in n and reason in n for n in result.notes), result.notes
+
+
+def test_mla_prefill_is_captured_up_to_2048_tokens_per_rank() -> None:
+    at = simulate(UserInput(model="deepseek-ai/DeepSeek-V3", query_length=2048))
+    above = simulate(UserInput(model="deepseek-ai/DeepSeek-V3", query_length=2049))
+    assert _graphs(at) == (True, True) and _graphs(above) == (False, False)
+    assert any("2049 tokens per rank, above the 2048" in n for n in above.notes)
+    # GQA: captured up to the chunked-prefill size (8,192 on an H100)
+    assert _graphs(simulate(UserInput(**LLAMA, query_length=8192))) == (True, True)
+    assert _graphs(simulate(UserInput(**LLAMA, query_length=8193))) == (False, False)
+
+
+def test_engines_without_prefill_graphs_launch_eagerly_without_a_note() -> None:
+    result = simulate(UserInput(**LLAMA, query_length=64, engine="trtllm"))
+    assert _graphs(result) == (False, False) and not any("prefill" in n for n in result.notes)
+    assert _graphs(simulate(UserInput(**LLAMA, query_length=64, engine="vllm"))) == (True, True)
+
+
+def test_the_planner_prices_a_speculative_deployments_prefill_eagerly() -> None:
+    from dataclasses import replace
+
+    from infercast.plan import Planner, PlanRequest, SpecChoice
+
+    request = PlanRequest(model="meta-llama/Llama-3.1-8B-Instruct", device="H100", num_devices=(1,), batches=(1,),
+                          input_length=64, output_length=64, mode="static",
+                          speculative=UserInput(speculative_algorithm="EAGLE3",
+                                                speculative_draft_model="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+                                                acceptance_rates="0.8,0.7"),
+                          spec_grid=(SpecChoice(2, 1, 3),))
+    configs = Planner(request).run().configs
+    plain = next(c for c in configs if c.spec is None)
+    speculative = next(c for c in configs if c.spec is not None)
+    # sglang switches prefill graphs off with speculative decoding: 64 tokens launch-bound eagerly
+    assert speculative.ttft_ms > plain.ttft_ms + 2.0
+    eager = Planner(replace(request, engine_version="0.5.9", speculative=None, spec_grid=())).run().configs[0]
+    assert eager.ttft_ms > plain.ttft_ms + 2.0
+
+
+def test_prefill_cuda_graph_on_and_off_override_the_version_default() -> None:
+    off = simulate(UserInput(**LLAMA, query_length=64, prefill_cuda_graph="off"))
+    assert _graphs(off) == (False, False) and "prefill launched eagerly: --prefill-cuda-graph off" in off.notes
+    on = simulate(UserInput(**LLAMA, query_length=64, engine_version="0.5.9", prefill_cuda_graph="on"))
+    assert _graphs(on) == (True, True)
+    # "on" keeps the engine's own rules: a multimodal model still launches eagerly
+    kimi = simulate(UserInput(model="moonshotai/Kimi-K2.5", query_length=64, prefill_cuda_graph="on"))
+    assert _graphs(kimi) == (False, False)
+
+
+def test_prefill_cuda_graph_on_for_an_engine_without_them_is_a_flag_error(capsys) -> None:
+    from infercast.cli import main
+
+    assert main(["simulate", "meta-llama/Llama-3.1-8B-Instruct", "--query-length", "64", "--engine", "trtllm",
+                 "--prefill-cuda-graph", "on"]) == 2
+    err = capsys.readouterr().err
+    assert "--prefill-cuda-graph" in err and "trtllm" in err and "auto or off" in err
+
+
+@pytest.mark.parametrize(("mode", "version", "flags"), [
+    ("auto", None, []), ("off", None, ["--disable-piecewise-cuda-graph"]), ("on", None, []),
+    ("on", "0.5.9", ["--enable-piecewise-cuda-graph"]), ("off", "0.5.9", []), ("off", "0.5.10", ["--disable-piecewise-cuda-graph"]),
+])
+def test_sglang_launch_flags_follow_the_mode_and_the_version_default(mode: str, version, flags) -> None:
+    from infercast.plan import sglang_prefill_graph_flags
+
+    assert sglang_prefill_graph_flags(mode, version) == flags

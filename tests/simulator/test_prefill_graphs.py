@@ -120,6 +120,25 @@ def test_prefill_cuda_graph_on_for_an_engine_without_them_is_a_flag_error(capsys
     assert "--prefill-cuda-graph" in err and "trtllm" in err and "auto or off" in err
 
 
+def test_speculative_and_disaggregated_prefill_follow_the_engines_rules() -> None:
+    from infercast.layers import SimContext
+    from infercast.parallel import MixedWorkload, Parallel, Workload
+    from infercast.pricing import phase_of
+
+    ctx = SimContext(parallel=Parallel(1, 1, 1, 1), workload=Workload(1, 512, 0, False), quant=None,
+                     prefill_graph_tokens=2048)
+    models = {name: SimpleNamespace(engine=ENGINES[name]) for name in ("sglang", "vllm")}
+    assert phase_of(models["sglang"], ctx, False).piecewise
+    assert not phase_of(models["sglang"], ctx, False, speculative=True).piecewise
+    assert not phase_of(models["sglang"], ctx, False, disaggregated=True).piecewise
+    assert phase_of(models["vllm"], ctx, False, speculative=True, disaggregated=True).piecewise  # vLLM keeps them
+    # a mixed step is measured by its prompt chunk (sglang takes the decodes out of the chunk budget)
+    with ctx.using(MixedWorkload(Workload(64, 1, 1000, True), Workload(1, 2048, 0, False))):
+        assert phase_of(models["sglang"], ctx, False).piecewise
+    with ctx.using(MixedWorkload(Workload(64, 1, 1000, True), Workload(1, 2049, 0, False))):
+        assert not phase_of(models["sglang"], ctx, False).piecewise
+
+
 @pytest.mark.parametrize(("mode", "version", "flags"), [
     ("auto", None, []), ("off", None, ["--disable-piecewise-cuda-graph"]), ("on", None, []),
     ("on", "0.5.9", ["--enable-piecewise-cuda-graph"]), ("off", "0.5.9", []), ("off", "0.5.10", ["--disable-piecewise-cuda-graph"]),
@@ -128,3 +147,18 @@ def test_sglang_launch_flags_follow_the_mode_and_the_version_default(mode: str, 
     from infercast.plan import sglang_prefill_graph_flags
 
     assert sglang_prefill_graph_flags(mode, version) == flags
+
+
+@pytest.mark.parametrize(("engine", "flag"), [("sglang", "--disable-piecewise-cuda-graph"),
+                                              ("vllm", "-O.cudagraph_mode=FULL_DECODE_ONLY")])
+def test_plan_launch_commands_carry_prefill_cuda_graph_off(engine: str, flag: str, capsys) -> None:
+    import json
+
+    from infercast.cli import main
+
+    assert main(["plan", "meta-llama/Llama-3.1-8B-Instruct", "--device", "H100", "--num-devices", "1",
+                 "--batch-sizes", "1", "--engine", engine, "--prefill-cuda-graph", "off",
+                 "--json"]) == 0
+    launch = json.loads(capsys.readouterr().out)["launch"]
+    assert flag in launch[engine].split()
+    assert "--disable-piecewise-cuda-graph" in launch["sglang"].split()  # the other engines' equivalents too

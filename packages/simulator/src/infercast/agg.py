@@ -7,7 +7,8 @@ one traced forward:
 - no prompt tokens: the decode step (or speculative cycle) of :meth:`Planner.evaluate`;
 - prompt tokens only: a prefill step;
 - both: one :class:`~infercast.parallel.MixedWorkload` forward, the GEMMs and MoE over all
-  tokens, each part's attention at its own context; launched eagerly, as a prefill step is.
+  tokens, each part's attention at its own context; launched as a prefill step is (piecewise
+  CUDA graphs where the engine captures its prompt chunk, else eagerly).
 
 Prompt tokens ride in pieces of the token-weighted mean chunk of the length histogram (a
 prompt up to the chunk size is one piece, a longer one several), over the token-weighted mean
@@ -92,12 +93,12 @@ class StepPricer:
         return replace(self._static[key])
 
     def step(self, layout: Layout, quant: str | None, workload: Workload | MixedWorkload, tbo: bool = False,
-             prefill_graphs: bool = True) -> float:
+             speculative: bool = False, disaggregated: bool = False) -> float:
         from infercast.pricing import phase_of
         from infercast.step import price_records, step_time
         from infercast.trace import trace
 
-        key = (layout, quant, workload, tbo, prefill_graphs)
+        key = (layout, quant, workload, tbo, speculative, disaggregated)
         if key not in self._steps:
             planner = self.planner
             built, ctx = planner._model(layout, quant)
@@ -108,7 +109,8 @@ class StepPricer:
                     planner.traces += 1
                     if not workload.decode:
                         self._records[(layout, quant, workload)] = records
-                phase = phase_of(planner.costs, ctx, workload.decode, prefill_graphs=prefill_graphs)
+                phase = phase_of(planner.costs, ctx, workload.decode, speculative=speculative,
+                                 disaggregated=disaggregated)
                 requests = ctx.requests
             micro = None
             if tbo:
@@ -140,10 +142,10 @@ class StepPricer:
             if tokens == 0:
                 c = self.static(layout, quant, decoding, spec)
                 return c.tpot_ms * c.accept_length / 1e3
-            if decoding == 0:  # sglang captures no prefill graphs with speculative decoding
-                return self.step(layout, quant, self.chunk(tokens, shape, dp), prefill_graphs=spec is None)
+            if decoding == 0:
+                return self.step(layout, quant, self.chunk(tokens, shape, dp), speculative=spec is not None)
             return self.step(layout, quant, MixedWorkload(Workload(decoding, 1, context, True),
-                                                          self.chunk(tokens, shape, dp)), prefill_graphs=spec is None)
+                                                          self.chunk(tokens, shape, dp)), speculative=spec is not None)
 
         return GridCost(doublings(dp, batch), doublings(dp * shape.piece, chunk, chunk // 4, chunk // 2), price)
 

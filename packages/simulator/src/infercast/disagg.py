@@ -201,9 +201,8 @@ def prefill_choice(planner: Planner, pricer: StepPricer, layout: Layout, quant: 
     for chunk in prefill_chunks(planner, layout):
         shape = chunk_shape(lengths, max(1, chunk // dp))
         grid = GridCost([], doublings(dp * shape.piece, chunk, chunk // 8, chunk // 4, chunk // 2),
-                        # sglang captures no prefill graphs in a disaggregated prefill instance
                         lambda b, c, shape=shape: pricer.step(layout, quant, pricer.chunk(c, shape, dp),
-                                                              prefill_graphs=False))
+                                                              disaggregated=True))
         cost, engine = RankView(grid, dp), rank_policy(chunk, 10**9, dp, "separate")
         point = max_rate(cost, engine, prompts, ttft_slo_s=r.ttft_slo_ms / 1e3 if r.ttft_slo_ms else None,
                          tpot_slo_s=None, percentile=pct, ttft_offset_s=host)

@@ -194,7 +194,9 @@ register(Engine(
     prefill_graphs=PrefillGraphs(since=None, max_tokens_mla=None, blocked_by={},
                                  source="vLLM V1 compiles the model with torch.compile and replays piecewise CUDA "
                                  "graphs with attention left out of them as a non-CUDA-graph op (vLLM docs, "
-                                 "design/torch_compile)"),
+                                 "design/torch_compile); taken as captured up to the chunk: larger forwards run "
+                                 "the compiled pieces without graphs, whose launches (8 us each) their GPU time "
+                                 "hides"),
     eager_launch=TORCH_EAGER, step=VLLM_STEP,
     request=replace(SGLANG_REQUEST, source="assumed equal to sglang's (both serve the OpenAI API from Python): "
                     + SGLANG_REQUEST.source),

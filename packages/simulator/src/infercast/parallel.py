@@ -62,12 +62,13 @@ class Workload:
 class MixedWorkload:
     """One step of a continuous-batching engine that batches decoding requests with prompt
     chunks (vLLM's scheduler, sglang ``--enable-mixed-chunk``): one forward over both parts'
-    tokens, launched as a prefill step is (eagerly, DeepEP normal mode), with each part's
+    tokens, launched as a prefill step is (piecewise CUDA graphs or eagerly, by its prompt
+    chunk; DeepEP normal mode), with each part's
     attention run by its own kernel at its own context (:attr:`parts`)."""
 
     decoding: Workload
     chunks: Workload
-    decode = False  # the step as a whole is not a decode step (no CUDA graph, normal all-to-all)
+    decode = False  # the step as a whole is not a decode step (no decode graph, normal all-to-all)
 
     def __post_init__(self) -> None:
         if not self.decoding.decode or self.chunks.decode:

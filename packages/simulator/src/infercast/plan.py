@@ -301,13 +301,13 @@ class Planner:
         return self._drafts[key]
 
     def seconds(self, layout: Layout, quant: str | None, model: str, batch: int, tokens: int, logits: int,
-                decode: bool = True, context: int = 0, prefill_graphs: bool = True) -> float:
+                decode: bool = True, context: int = 0, speculative: bool = False) -> float:
         """One forward's kernel time, priced once per distinct shape (host time apart);
         ``model`` is ``target`` or ``draft:<option>``."""
         from infercast.speculative import trace_draft
 
         shape = (layout, quant, model, batch, tokens, logits, decode, context)
-        key = (*shape, prefill_graphs)
+        key = (*shape, speculative)
         if key not in self._seconds:
             workload = Workload(num_queries=batch, query_length=tokens, context_length=context, decode=decode)
             if model == "target":
@@ -323,7 +323,7 @@ class Planner:
                 if not decode:
                     self._prefill_records[shape] = records
             with ctx.using(workload):
-                phase = phase_of(self.costs, ctx, decode, prefill_graphs=prefill_graphs)
+                phase = phase_of(self.costs, ctx, decode, speculative=speculative)
             priced = price_records(records, self.costs, phase)
             self._seconds[key] = step_time(priced, self.costs, phase, host_step=False).seconds
         return self._seconds[key]
@@ -380,7 +380,7 @@ class Planner:
         config.tokens_per_s_per_user = 1e3 / config.tpot_ms
         config.tokens_per_s_per_device = batch * tau / cycle / layout.num_devices
         config.ttft_ms = (self.seconds(layout, quant, "target", 1, r.input_length, 1, decode=False,
-                                       prefill_graphs=spec is None)
+                                       speculative=spec is not None)
                           + engine.step.at(1) + engine.request.at(r.input_length)) * 1e3
         ratios = [v / slo for v, slo in ((config.ttft_ms, r.ttft_slo_ms), (config.tpot_ms, r.tpot_slo_ms)) if slo]
         config.violation = max([0.0] + [x - 1 for x in ratios])
@@ -509,7 +509,8 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
     if request.kv_cache_dtype not in ("bf16", "auto"):
         cmd += ["--kv-cache-dtype", "fp8_e4m3" if request.kv_cache_dtype == "fp8" else request.kv_cache_dtype]
     cmd += ["--max-running-requests", str(config.batch)]
-    cmd += sglang_prefill_graph_flags(request.prefill_cuda_graph, request.engine_version)
+    cmd += sglang_prefill_graph_flags(request.prefill_cuda_graph,
+                                      request.engine_version if request.engine == "sglang" else None)
     if config.serving:  # continuous batching as planned: the chunk budget, decodes mixed into prompt steps
         cmd += ["--chunked-prefill-size", str(config.serving["chunked_prefill_size"])]
         cmd += ["--enable-mixed-chunk"] if config.serving["policy"] == "mixed" else []
@@ -569,6 +570,8 @@ def vllm_command(request: PlanRequest, config: Config, spec: Any = None) -> list
     cmd += ["--max-num-seqs", str(-(-config.batch // layout.dp))]
     if config.serving:
         cmd += ["--max-num-batched-tokens", str(max(1, config.serving["chunked_prefill_size"] // layout.dp))]
+    if request.prefill_cuda_graph == "off":  # decode keeps its full CUDA graphs, prefill none
+        cmd += ["-O.cudagraph_mode=FULL_DECODE_ONLY"]
     if config.spec is not None:
         method = "eagle3" if spec.draft_model else "deepseek_mtp"
         body = {"method": method, "num_speculative_tokens": config.spec.num_steps}

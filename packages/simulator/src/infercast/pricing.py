@@ -16,7 +16,7 @@ from infercast.costmodel import SOURCES, CostModel, Phase
 from infercast.devices import GIB, DeviceSpec
 from infercast.layers import SimContext, SimMoE
 from infercast.memory import MEMORY_FRACTION, memory
-from infercast.parallel import Workload
+from infercast.parallel import MixedWorkload, Workload
 from infercast.request import UserInput
 from infercast.results import OpRow, SimResult
 from infercast.step import HostRow, forward_seconds, price_records, step_time
@@ -37,14 +37,23 @@ def cost_model_for(user: UserInput, device: DeviceSpec) -> CostModel:
     return CostModel(device, user.engine, user.engine_version, calibration, measured=user.cost_model == "measured")
 
 
-def phase_of(model: CostModel, ctx: SimContext, decode: bool, *, prefill_graphs: bool = True) -> Phase:
-    """Decode replays a CUDA graph up to the engine's capture size; a prefill forward replays
-    piecewise graphs up to ``ctx.prefill_graph_tokens`` per rank (unless ``prefill_graphs`` is
-    False: a speculative or disaggregated deployment) and launches eagerly beyond."""
+def phase_of(model: CostModel, ctx: SimContext, decode: bool, *, speculative: bool = False,
+             disaggregated: bool = False) -> Phase:
+    """Decode replays a CUDA graph up to the engine's capture size. A prefill forward replays
+    piecewise graphs (the all-reduces in them too) up to ``ctx.prefill_graph_tokens`` prompt
+    tokens per rank, unless the engine turns them off for a ``speculative`` or
+    ``disaggregated`` deployment, and launches eagerly beyond. A mixed step is measured by its
+    prompt chunk: sglang takes the decoding tokens out of the chunk budget, so the forward stays
+    within the captured size."""
     if decode:
         graph = ctx.requests <= model.engine.decode_graph_max_batch
         return Phase(graph=graph, decode=True, scale_up_domain=ctx.parallel.scale_up_domain)
-    piecewise = prefill_graphs and 0 < ctx.tokens <= ctx.prefill_graph_tokens
+    policy = model.engine.prefill_graphs
+    blocked = policy is not None and ((speculative and "speculative" in policy.blocked_by)
+                                      or (disaggregated and "disaggregated" in policy.blocked_by))
+    workload = ctx.workload
+    tokens = workload.chunks.tokens_per_rank(ctx.parallel) if isinstance(workload, MixedWorkload) else ctx.tokens
+    piecewise = not blocked and 0 < tokens <= ctx.prefill_graph_tokens
     return Phase(graph=piecewise, decode=False, scale_up_domain=ctx.parallel.scale_up_domain, piecewise=piecewise)
 
 

@@ -96,7 +96,8 @@ def exposed_launch(priced: Priced_, launch_s: float, *, piecewise: bool = False)
     """Host launch time the GPU waits for, per decoder layer (and once for what runs outside
     the layers): max(0, launches x launch time - GPU time). Eagerly every kernel is a launch;
     under piecewise graphs only the attention kernels are, plus one replay per layer (the
-    piece that ends before its attention) and per group outside the layers."""
+    piece that ends before its attention) and per group outside the layers, each replay taken
+    at one eager launch's host time (no replay cost is measured apart)."""
     if launch_s <= 0:
         return 0.0
     groups: dict[tuple, list] = defaultdict(lambda: [0.0, 0, 1])

@@ -57,21 +57,21 @@ def phase_of(model: CostModel, ctx: SimContext, decode: bool, *, speculative: bo
     return Phase(graph=piecewise, decode=False, scale_up_domain=ctx.parallel.scale_up_domain, piecewise=piecewise)
 
 
-def prefill_graph_blockers(model: CostModel, built: BuiltModel, parallel: Any, *, mode: str = "auto",
-                           speculative: bool = False, disaggregated: bool = False) -> list[str]:
+def prefill_graph_blockers(model: CostModel, built: BuiltModel, parallel: Any, *, mode: str = "auto") -> list[str]:
     """Why the engine launches this deployment's prefill eagerly (empty: it captures piecewise
-    CUDA graphs), in the engine's words; ``mode`` is the request's ``prefill_cuda_graph``."""
-    policy = model.engine.prefill_graphs
+    CUDA graphs); ``mode`` is the request's ``prefill_cuda_graph``. Speculative and
+    disaggregated deployments are the planner's, checked in :func:`phase_of`."""
+    name, policy = model.engine.name, model.engine.prefill_graphs
     if policy is None:
-        return [f"{model.engine.name} has no prefill CUDA graphs"]
+        return [f"{name} has no prefill CUDA graphs"]
     if mode == "off":
         return ["--prefill-cuda-graph off"]
     if mode != "on" and not policy.applies(model.engine_version):
-        return [f"{model.engine.name} {model.engine_version} captures prefill only on request (default from "
-                f"{policy.since})"]
-    features = {"speculative": speculative, "dp_attention": parallel.dp > 1, "moe_all_to_all": parallel.ep > 1,
-                "multimodal": built.vision_param_count > 0, "disaggregated": disaggregated}
-    return [reason for feature, reason in policy.blocked_by.items() if features.get(feature)]
+        return [f"{name} {model.engine_version} captures prefill only on request (default from {policy.since})"]
+    features = {"dp_attention": parallel.dp > 1, "moe_all_to_all": parallel.ep > 1,
+                "multimodal": built.vision_param_count > 0}
+    return [f"{name} captures no piecewise CUDA graphs with {reason}"
+            for feature, reason in policy.blocked_by.items() if features.get(feature)]
 
 
 def prefill_graph_tokens(model: CostModel, built: BuiltModel, parallel: Any, chunk: int, *,

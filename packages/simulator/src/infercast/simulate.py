@@ -108,11 +108,8 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     result.model = model_ref
     if not decode and model.engine.prefill_graphs is not None:
         reasons = prefill_graph_blockers(model, built, parallel, mode=user.prefill_cuda_graph)
-        if reasons and reasons[0].startswith(("--", model.engine.name)):
-            result.notes.append(f"prefill launched eagerly: {reasons[0]}")
-        elif reasons:
-            result.notes.append(f"prefill launched eagerly ({model.engine.name} captures no piecewise CUDA graphs "
-                                f"with {', '.join(reasons)})")
+        if reasons:
+            result.notes.append(f"prefill launched eagerly: {'; '.join(reasons)}")
         elif ctx.tokens > ctx.prefill_graph_tokens:
             result.notes.append(f"prefill launched eagerly: {ctx.tokens} tokens per rank, above the "
                                 f"{ctx.prefill_graph_tokens} that piecewise CUDA graphs capture")

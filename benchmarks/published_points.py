@@ -49,6 +49,7 @@ def _kimi_k2_instruct() -> dict:
 TRTLLM_090, NIM_180, VLLM_CI, COOKBOOK = "TRT-LLM 0.9.0", "NIM 1.8.0", "vLLM CI", "sgl-cookbook"
 SGLANG_PR = "sglang PR 13466"
 SGLANG_H20 = "sglang PR 7631"
+VLLM_RTN = "vLLM PR 23197"
 
 SOURCES = {
     TRTLLM_090: "NVIDIA/TensorRT-LLM docs/source/performance.md at v0.9.0, the 'first token latency' tables at "
@@ -73,6 +74,10 @@ SOURCES = {
                 "random 1,024 in / 512 out at the default range ratio (200 prompts: 103,005 in, 53,590 out), "
                 "--max-concurrency 8 (mean concurrency 7.83): median ITL, a decode step of about 8 requests, at the "
                 "mean prompt plus half the mean output. H20 has no kernel tables: every operator is analytic",
+    VLLM_RTN: "vllm-project/vllm PR 23197 (2025-08-19, Marlin-based GEMM kernels for RTN quantization), "
+              "benchmark_latency --input-len 256 --output-len 32 on one H100, Llama-3.1-8B in bf16 and with "
+              "RTN_NUM_BITS=4 --quantization rtn (INT4 weights, bf16 activations, through Marlin), mean of 5 runs; "
+              "the batches 1 and 16 of the PR's 1, 4, 8 and 16",
 }
 
 
@@ -123,11 +128,13 @@ def sglang_decode(model: str, device: str, tp: int, batch: int, context: int) ->
                      decode=True, context_length=context)
 
 
-def batch_latency(model: str, device: str, tp: int, batch: int, prompt: int, output: int) -> Callable[[], float]:
+def batch_latency(model: str, device: str, tp: int, batch: int, prompt: int, output: int,
+                  quantize: str | None = None) -> Callable[[], float]:
     """benchmark_latency: one prefill of the batch, then ``output - 1`` decode steps, priced at
     the mean context they see (the prompt plus half the output)."""
     def run() -> float:
-        common = dict(model=model, device=device, num_devices=tp, tp_size=tp, num_queries=batch, engine="vllm")
+        common = dict(model=model, device=device, num_devices=tp, tp_size=tp, num_queries=batch, engine="vllm",
+                      quantize_linear_action=quantize)
         prefill = simulate(UserInput(**common, query_length=prompt)).step_latency_ms
         step = simulate(UserInput(**common, decode=True, context_length=prompt + output // 2)).step_latency_ms
         return prefill + (output - 1) * step
@@ -209,6 +216,14 @@ def points(root: Path) -> list[Published]:
         Published("H1", "DeepSeek-V3 FP8, 8 x H20 TP8, 8 requests, context 649", 19.73, "decode",
                   "client ITL, median", SGLANG_H20,
                   sglang_decode("deepseek-ai/DeepSeek-V3", "H20", 8, 8, round(103005 / 200 + 53590 / 200 / 2))),
+        Published("R1", "Llama-3.1-8B bf16, 1 x H100, batch 1", 236.0, "decode", "offline batch latency",
+                  VLLM_RTN, batch_latency(llama8, "H100", 1, 1, 256, 32)),
+        Published("R2", "Llama-3.1-8B bf16, 1 x H100, batch 16", 336.0, "decode", "offline batch latency",
+                  VLLM_RTN, batch_latency(llama8, "H100", 1, 16, 256, 32)),
+        Published("R3", "Llama-3.1-8B INT4 (W4A16), 1 x H100, batch 1", 154.0, "decode", "offline batch latency",
+                  VLLM_RTN, batch_latency(llama8, "H100", 1, 1, 256, 32, quantize="W4A16")),
+        Published("R4", "Llama-3.1-8B INT4 (W4A16), 1 x H100, batch 16", 267.0, "decode", "offline batch latency",
+                  VLLM_RTN, batch_latency(llama8, "H100", 1, 16, 256, 32, quantize="W4A16")),
         Published("V1", "Llama-3.1-8B bf16, 1 x H200", 833.421, "decode", "offline batch latency",
                   VLLM_CI, batch_latency(llama8, "H200", 1, 8, 32, 128)),
         Published("V2", "Llama-3-70B bf16, 4 x H200 TP4", 2077.53, "decode", "offline batch latency",

@@ -74,7 +74,8 @@ SOURCES = {
                 "random 1,024 in / 512 out at the default range ratio (200 prompts: 103,005 in, 53,590 out), "
                 "--max-concurrency 8 (mean concurrency 7.83): median ITL, a decode step of about 8 requests, at the "
                 "mean prompt plus half the mean output. H20 has no kernel tables: every operator is analytic",
-    VLLM_RTN: "vllm-project/vllm PR 23197 (2025-08-19, Marlin-based GEMM kernels for RTN quantization), "
+    VLLM_RTN: "vllm-project/vllm PR 23197 (2025-08-19, closed; 'Marlin-based GEMM kernels for the "
+              "calibration-free RTN-based quantization', whose kernels later landed through PR 26051), "
               "benchmark_latency --input-len 256 --output-len 32 on one H100, Llama-3.1-8B in bf16 and with "
               "RTN_NUM_BITS=4 --quantization rtn (INT4 weights, bf16 activations, through Marlin), mean of 5 runs; "
               "the batches 1 and 16 of the PR's 1, 4, 8 and 16",

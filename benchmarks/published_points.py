@@ -116,11 +116,10 @@ def sglang_c1(model: str, device: str, tp: int, *, prompt: int | None = None, co
     the TPOT of a decode step at ``context``. The cookbook ran sglang 0.5.6.x, which launches
     prefill eagerly (piecewise CUDA graphs are the default from 0.5.10): its points set
     ``prefill_graph="off"`` and keep the newest tables, which cover the most kernels."""
-    common = dict(model=model, device=device, num_devices=tp, tp_size=tp, num_queries=1,
-                  prefill_cuda_graph=prefill_graph)
-    if prompt is not None:
-        return simulated("ttft_ms", **common, query_length=prompt)
-    return simulated("tpot_ms", **common, decode=True, context_length=context)
+    if prompt is None:
+        return sglang_decode(model, device, tp, 1, context)
+    return simulated("ttft_ms", model=model, device=device, num_devices=tp, tp_size=tp, num_queries=1,
+                     prefill_cuda_graph=prefill_graph, query_length=prompt)
 
 
 def sglang_decode(model: str, device: str, tp: int, batch: int, context: int) -> Callable[[], float]:

@@ -10,7 +10,10 @@ The engine policy (both models):
   from the admitted prompts in FCFS order, a long prompt over several steps;
 - policy ``mixed`` (vLLM's scheduler, sglang ``--enable-mixed-chunk``): the step also carries
   one decode token (``tokens_per_step`` with speculative decoding) of every running request
-  that has its first token; policy ``separate`` (sglang without mixing, and always with
+  that has its first token, and those tokens come out of the chunk: a step with ``B`` decoding
+  requests takes at most ``chunk - B`` prompt tokens (sglang's ``PrefillAdder`` subtracts the
+  running batch from ``rem_chunk_tokens``; vLLM schedules the running requests first inside
+  ``--max-num-batched-tokens``); policy ``separate`` (sglang without mixing, and always with
   speculative decoding): a step with prompt tokens carries only them, a step without runs the
   decodes;
 - a step lasts ``cost(decoding requests, prompt tokens)``; a prompt's first token comes out at
@@ -20,7 +23,7 @@ The steady state (:func:`steady_state`) solves for the mean step: ``B = lambda (
 step`` requests decode (Little's law, ``a`` tokens per step), ``lambda E[I] x step`` prompt
 tokens arrive per step and ride in a fraction ``p`` of the steps (the busy steps). TTFT is
 waiting + the request's own steps: the prompt tokens form an M/G/1 queue served at ``chunk``
-tokens per full step, whose wait is the Pollaczek-Khinchine mean with the usual exponential
+tokens per full step (``chunk - B`` under ``mixed``), whose wait is the Pollaczek-Khinchine mean with the usual exponential
 tail (no wait with probability ``1 - rho``, else exponential with mean ``W / rho``); a request
 that finds no backlog waits out the current decode step. Percentiles come from that mixture
 over the length histogram. :func:`simulate_engine` runs the same policy step by step with the
@@ -293,7 +296,12 @@ def _fixed_point(f: Callable[[float], float], start: float) -> float:
         if hi > 1e6:
             return math.inf
         g_hi = f(hi) - hi
-        if not math.isfinite(g_hi):
+        for _ in range(60):  # past the load f can carry (f infinite): step back towards lo
+            if math.isfinite(g_hi):
+                break
+            hi = 0.5 * (lo + hi)
+            g_hi = f(hi) - hi
+        if not math.isfinite(g_hi) or hi - lo <= 1e-12 + 1e-9 * hi:
             return math.inf
         if g_hi <= 0:
             break
@@ -338,7 +346,8 @@ def steady_state(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, rate
     step x k))`` (``u`` = prompt tokens per step / chunk; ``k`` = steps one prompt needs): at
     light load a step is busy when a request arrived during the one before. TTFT = the rest of
     the step in progress (a length-biased pick of a busy or idle step, uniform within it) + the
-    wait for backlog (M/G/1 on prompt tokens at ``chunk`` per full step: Pollaczek-Khinchine
+    wait for backlog (M/G/1 on prompt tokens at ``chunk`` per full step, less the decodes it
+    carries under ``mixed``: Pollaczek-Khinchine
     mean, zero with probability ``1 - rho`` else exponential) + the request's own steps (full
     ones, then the last, shared with the prompt tokens that arrive in a step)."""
     C, a = engine.chunk, engine.tokens_per_step
@@ -350,12 +359,17 @@ def steady_state(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, rate
     def point(step: float) -> tuple[float, float, float, float, float, float]:
         """(mean step, decoding requests, busy share, busy chunk, idle cost, busy cost)"""
         tokens = rate * mean_in * step
-        p = min(1.0, max(tokens / C, 1.0 - math.exp(-rate * step * steps_own)))
-        # Little's law: decoding requests = rate x time spent decoding; with separate steps a
-        # request decodes only in the idle share of the steps
-        per_step = step if mixed else (step / (1.0 - p) if p < 1.0 else math.inf)
-        B = rate * decode_steps * per_step
-        c_busy = min(C, tokens / p) if p > 0 else 0.0
+        if mixed:  # Little's law: decoding requests = rate x time spent decoding
+            B = rate * decode_steps * step
+            room = C - B
+            if room <= 0:
+                return math.inf, B, 1.0, 0.0, math.inf, math.inf
+            p = min(1.0, max(tokens / room, 1.0 - math.exp(-rate * step * lengths.mean(lambda i, o: _ceil_steps(i, room)))))
+        else:  # a request decodes only in the idle share of the steps
+            room = C
+            p = min(1.0, max(tokens / C, 1.0 - math.exp(-rate * step * steps_own)))
+            B = rate * decode_steps * (step / (1.0 - p) if p < 1.0 else math.inf)
+        c_busy = min(room, tokens / p) if p > 0 else 0.0
         idle = cost(B, 0) if B > 0 else 0.0
         busy = cost(B if mixed else 0, c_busy) if c_busy > 0 else idle
         return (1 - p) * idle + p * busy, B, p, c_busy, idle, busy
@@ -367,23 +381,24 @@ def steady_state(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, rate
         return ServingPoint(rate, False, math.inf, math.inf, math.inf, math.inf, math.inf, percentile, math.inf,
                             C, 1.0, math.inf)
     step, B, p, c_busy, idle, busy = point(step)
-    full = cost(B if mixed else 0, C)
-    rho = rate * mean_in * full / C
+    room = C - B if mixed else C  # prompt tokens a full step takes
+    full = cost(B if mixed else 0, room)
+    rho = rate * mean_in * full / room
     tpot = (step if mixed else step / max(1e-12, 1.0 - p)) / a
     probs = lengths.probabilities
 
     arriving = rate * mean_in * step  # prompt tokens of others that share a request's last step
 
     def own(i: int) -> float:
-        k = _ceil_steps(i, C)
-        last = min(C, i - (k - 1) * C + arriving)
+        k = _ceil_steps(i, room)
+        last = min(room, i - (k - 1) * room + arriving)
         return (k - 1) * full + cost(B if mixed else 0, last)
 
     in_system = sum(q * own(i) for (i, _, _), q in zip(lengths.rows, probs)) + decode_steps * tpot * a
     admission = rate * in_system / engine.max_running
     if not (rho < 1.0 and p < 1.0 and admission <= 1.0):
         return ServingPoint(rate, False, rho, step, tpot, math.inf, math.inf, percentile, B, c_busy, p, admission)
-    service = [i / C * full for i, _, _ in lengths.rows]
+    service = [i / room * full for i, _, _ in lengths.rows]
     es2 = sum(q * s * s for q, s in zip(probs, service))
     wait = rate * es2 / (2 * (1 - rho)) if rho > 0 else 0.0
     # the step in progress, picked in proportion to its length: busy with probability p busy / step
@@ -570,7 +585,7 @@ def simulate_engine(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, r
             prefill.append([r, arrivals[r][1]])
             running += 1
         batch = len(finish_at)
-        budget, taken, completed = C, 0, []
+        budget, taken, completed = C - batch if mixed else C, 0, []
         if prefill:
             for item in prefill:
                 if budget <= 0:

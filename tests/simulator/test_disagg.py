@@ -40,7 +40,7 @@ SGLANG_PD_ARGS = {
 ROUTER_ARGS = {"--pd-disaggregation", "--prefill", "--decode", "--host", "--port"}
 VLLM_ARGS = {"--tensor-parallel-size", "--data-parallel-size", "--enable-expert-parallel", "--max-num-seqs",
              "--max-num-batched-tokens", "--kv-transfer-config", "--port", "--trust-remote-code", "--kv-cache-dtype",
-             "--speculative-config"}
+             "--speculative-config", "--all2all-backend"}
 
 
 # ------------------------------------------------------------------------------ KV transfer

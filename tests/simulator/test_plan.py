@@ -17,6 +17,7 @@ from infercast.plan import (
     PlanRequest,
     SpecChoice,
     launch_commands,
+    launch_notes,
     pareto,
     sglang_command,
     vllm_command,
@@ -31,12 +32,13 @@ SGLANG_SERVER_ARGS = {
     "--speculative-algorithm", "--speculative-draft-model-path", "--speculative-num-steps",
     "--speculative-eagle-topk", "--speculative-num-draft-tokens", "--enable-two-batch-overlap", "--moe-a2a-backend",
     "--ep-num-redundant-experts", "--chunked-prefill-size", "--cuda-graph-max-bs", "--enable-mixed-chunk",
+    "--deepep-mode",
 }
 # From vLLM's documented `vllm serve` arguments.
 VLLM_SERVE_ARGS = {
     "--tensor-parallel-size", "--data-parallel-size", "--pipeline-parallel-size", "--enable-expert-parallel",
     "--max-num-seqs", "--kv-cache-dtype", "--quantization", "--speculative-config", "--trust-remote-code",
-    "--max-model-len", "--gpu-memory-utilization", "--max-num-batched-tokens",
+    "--max-model-len", "--gpu-memory-utilization", "--max-num-batched-tokens", "--all2all-backend",
 }
 
 SMALL = PlanRequest(model="meta-llama/Llama-3.1-8B-Instruct", device="H100", num_devices=(1, 2),
@@ -175,6 +177,20 @@ def test_the_launch_command_follows_the_engine() -> None:
     assert trt[:2] == ["trtllm-serve", SMALL.model] and trt[trt.index("--ep_size") + 1] == "16"
 
 
+def test_expert_parallel_launches_through_deepep_as_it_is_priced() -> None:
+    """The simulator prices EP with DeepEP (normal kernels for prompt steps, low-latency for
+    decode): sglang's --deepep-mode auto does the same; vLLM takes one mode and the plan says so."""
+    served = Config(Layout(16, 1, 16, 16), None, 64, None, serving={"chunked_prefill_size": 8192, "policy": "mixed"})
+    commands = launch_commands(SMALL, served, 8)
+    sglang, vllm = commands["sglang"], commands["vllm"]
+    assert sglang[sglang.index("--moe-a2a-backend") + 1] == "deepep"
+    assert sglang[sglang.index("--deepep-mode") + 1] == "auto"
+    assert vllm[vllm.index("--all2all-backend") + 1] == "deepep_low_latency"
+    assert any("one DeepEP mode" in note for note in launch_notes(SMALL, served))
+    dense = launch_commands(SMALL, Config(Layout(16, 16, 1, 1), None, 64, None), 8)
+    assert "--moe-a2a-backend" not in dense["sglang"] and "--all2all-backend" not in dense["vllm"]
+
+
 # ------------------------------------------------------------------------------ default drafts, fixes
 
 
@@ -223,8 +239,6 @@ def test_num_mtp_tokens_sweeps_that_many_mtp_steps(capsys) -> None:
     (None, [], []),  # the checkpoint's own
 ])
 def test_quantization_in_launch_commands_is_a_real_engine_value(quantization, sglang_flag, vllm_flag) -> None:
-    from infercast.plan import launch_notes
-
     config = Config(Layout(8, 8, 1, 1), quantization, 16, None)
     sglang, vllm = sglang_command(SMALL, config, 8), vllm_command(SMALL, config)
     assert ("--quantization" in sglang) == bool(sglang_flag) and ("--quantization" in vllm) == bool(vllm_flag)

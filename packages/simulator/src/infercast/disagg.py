@@ -344,18 +344,13 @@ def launch_commands(planner: Planner, config: DisaggConfig) -> dict[str, list[li
     prefill = Config(p.layout, p.quantization, max(p.layout.dp, 1), None)
     decode = Config(d.layout, d.quantization, d.batch, d.spec)
     backend = r.serving.transfer_backend
-    sg_prefill = sglang_command(r, prefill, per_node, spec)[:-1] + [
+    sg_prefill = sglang_command(r, prefill, per_node, spec, deepep_mode="normal")[:-1] + [
         "--disaggregation-mode", "prefill", "--disaggregation-transfer-backend", backend,
-        "--chunked-prefill-size", str(chunk)]
-    if p.layout.ep > 1:
-        sg_prefill += ["--moe-a2a-backend", "deepep", "--deepep-mode", "normal"]
-    sg_prefill += ["--port", "30000", "--trust-remote-code"]
+        "--chunked-prefill-size", str(chunk), "--port", "30000", "--trust-remote-code"]
     sg_prefill = [a for i, a in enumerate(sg_prefill) if not (a == "--max-running-requests"
                                                             or (i and sg_prefill[i - 1] == "--max-running-requests"))]
-    sg_decode = sglang_command(r, decode, per_node, spec)[:-1] + [
+    sg_decode = sglang_command(r, decode, per_node, spec, deepep_mode="low_latency")[:-1] + [
         "--disaggregation-mode", "decode", "--disaggregation-transfer-backend", backend]
-    if d.layout.ep > 1:
-        sg_decode += ["--moe-a2a-backend", "deepep", "--deepep-mode", "low_latency"]
     if d.two_batch_overlap:
         sg_decode += ["--enable-two-batch-overlap"]
     sg_decode += ["--port", "30001", "--trust-remote-code"]
@@ -367,8 +362,8 @@ def launch_commands(planner: Planner, config: DisaggConfig) -> dict[str, list[li
     router += ["--host", "0.0.0.0", "--port", "8000"]
     connector = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"})
     per_rank = str(max(1, chunk // p.layout.dp))  # each vLLM DP rank is an engine of its own
-    vl_prefill = vllm_command(r, prefill, spec)[:-1] + ["--max-num-batched-tokens", per_rank, "--kv-transfer-config",
-                                                       connector, "--port", "8100", "--trust-remote-code"]
+    vl_prefill = vllm_command(r, prefill, spec, all2all="deepep_high_throughput")[:-1] + [
+        "--max-num-batched-tokens", per_rank, "--kv-transfer-config", connector, "--port", "8100", "--trust-remote-code"]
     vl_prefill = [a for i, a in enumerate(vl_prefill) if not (a == "--max-num-seqs"
                                                             or (i and vl_prefill[i - 1] == "--max-num-seqs"))]
     vl_decode = vllm_command(r, decode, spec)[:-1] + ["--kv-transfer-config", connector, "--port", "8200",

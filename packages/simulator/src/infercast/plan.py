@@ -492,14 +492,17 @@ def sglang_prefill_graph_flags(mode: str, version: str | None) -> list[str]:
     return []
 
 
-def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, spec: Any = None) -> list[str]:
-    """``python -m sglang.launch_server ...`` for ``config`` (first node's command when multi-node)."""
+def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, spec: Any = None,
+                   deepep_mode: str = "auto") -> list[str]:
+    """``python -m sglang.launch_server ...`` for ``config`` (first node's command when multi-node).
+    Expert parallelism runs through DeepEP, as the simulator prices it: ``auto`` takes the normal
+    kernels for prompt steps and the low-latency ones for decode; a disaggregated pool names one."""
     layout = config.layout
     cmd = ["python", "-m", "sglang.launch_server", "--model-path", request.model, "--tp-size", str(layout.num_devices)]
     if layout.dp > 1:
         cmd += ["--dp-size", str(layout.dp), "--enable-dp-attention"]
     if layout.ep > 1:
-        cmd += ["--ep-size", str(layout.ep)]
+        cmd += ["--ep-size", str(layout.ep), "--moe-a2a-backend", "deepep", "--deepep-mode", deepep_mode]
     if layout.redundant_experts:
         cmd += ["--ep-num-redundant-experts", str(layout.redundant_experts)]
     nodes = math.ceil(layout.num_devices / devices_per_node)
@@ -547,13 +550,20 @@ def launch_commands(request: PlanRequest, config: Config, devices_per_node: int,
 
 
 def launch_notes(request: PlanRequest, config: Config) -> list[str]:
-    """What the launch commands cannot say with a flag (a checkpoint to serve instead)."""
+    """What the launch commands cannot say with a flag (a checkpoint to serve instead, a
+    DeepEP mode the engine cannot switch per step)."""
     notes = [quantization_flags(engine, config.quantization)[1] for engine in ("sglang", "vllm", "trtllm")]
+    if config.layout.ep > 1:
+        notes.append("vllm: --all2all-backend runs one DeepEP mode for every step (low-latency here); the plan "
+                     "priced prompt steps with DeepEP's normal kernels, as sglang's --deepep-mode auto runs them")
     return [note for note in notes if note]
 
 
-def vllm_command(request: PlanRequest, config: Config, spec: Any = None) -> list[str]:
-    """The vLLM equivalent (``vllm serve ...``)."""
+def vllm_command(request: PlanRequest, config: Config, spec: Any = None,
+                 all2all: str = "deepep_low_latency") -> list[str]:
+    """The vLLM equivalent (``vllm serve ...``). Expert parallelism runs through DeepEP
+    (``--all2all-backend``): one mode for every step, low-latency unless a prefill pool names
+    the high-throughput kernels."""
     import json
 
     layout = config.layout
@@ -561,7 +571,7 @@ def vllm_command(request: PlanRequest, config: Config, spec: Any = None) -> list
     if layout.dp > 1:
         cmd += ["--data-parallel-size", str(layout.dp)]
     if layout.ep > 1:
-        cmd += ["--enable-expert-parallel"]
+        cmd += ["--enable-expert-parallel", "--all2all-backend", all2all]
     cmd += quantization_flags("vllm", config.quantization)[0]
     if request.kv_cache_dtype not in ("bf16", "auto"):
         cmd += ["--kv-cache-dtype", "fp8" if request.kv_cache_dtype.startswith("fp8") else request.kv_cache_dtype]

@@ -173,6 +173,29 @@ def test_disaggregated_launch_commands_use_documented_flags(disagg_plan) -> None
         planner.request = DISAGG
 
 
+def test_disaggregated_expert_parallel_pools_name_their_deepep_mode_once() -> None:
+    """Prefill runs DeepEP's normal kernels, decode the low-latency ones (sglang --deepep-mode;
+    vLLM --all2all-backend across its data-parallel ranks), each flag once."""
+    request = PlanRequest(model="deepseek-ai/DeepSeek-V3", device="H100")
+    planner = SimpleNamespace(request=request, device=SimpleNamespace(devices_per_node=8), spec_requests={})
+    ep16 = Layout(16, 1, 16, 16)
+    config = SimpleNamespace(
+        prefill=SimpleNamespace(layout=ep16, quantization=None, chunk=16384),
+        decode=SimpleNamespace(layout=ep16, quantization=None, batch=4096, spec=None, two_batch_overlap=True),
+        prefill_instances=1, decode_instances=1)
+    commands = launch_commands(planner, config)
+    (sg_prefill, sg_decode, _), (vl_prefill, vl_decode, _) = commands["sglang"], commands["vllm"]
+    for cmd, flag, value in ((sg_prefill, "--deepep-mode", "normal"), (sg_decode, "--deepep-mode", "low_latency"),
+                             (vl_prefill, "--all2all-backend", "deepep_high_throughput"),
+                             (vl_decode, "--all2all-backend", "deepep_low_latency")):
+        assert cmd.count(flag) == 1 and cmd[cmd.index(flag) + 1] == value
+    for cmd in (sg_prefill, sg_decode):
+        assert cmd.count("--moe-a2a-backend") == 1 and cmd[cmd.index("--moe-a2a-backend") + 1] == "deepep"
+        assert {a for a in cmd if a.startswith("--")} <= SGLANG_PD_ARGS
+    for cmd in (vl_prefill, vl_decode):
+        assert {a for a in cmd if a.startswith("--")} <= VLLM_ARGS
+
+
 def test_cli_both_prints_the_two_side_by_side_and_json_has_both(capsys) -> None:
     argv = ["plan", LLAMA, "--device", "H100", "--num-devices", "1", "--batch-sizes", "64", "--tpot-slo-ms", "40",
             "--ttft-slo-ms", "2000", "--mode", "both"]

@@ -187,8 +187,17 @@ def test_expert_parallel_launches_through_deepep_as_it_is_priced() -> None:
     assert sglang[sglang.index("--deepep-mode") + 1] == "auto"
     assert vllm[vllm.index("--all2all-backend") + 1] == "deepep_low_latency"
     assert any("one DeepEP mode" in note for note in launch_notes(SMALL, served))
-    dense = launch_commands(SMALL, Config(Layout(16, 16, 1, 1), None, 64, None), 8)
-    assert "--moe-a2a-backend" not in dense["sglang"] and "--all2all-backend" not in dense["vllm"]
+    # TP attention with EP: sglang still dispatches through DeepEP; vLLM uses all-to-all kernels
+    # only across data-parallel ranks, so no backend flag and a note that it gathers instead
+    tp_ep = Config(Layout(16, 16, 1, 16), None, 64, None)
+    commands = launch_commands(SMALL, tp_ep, 8)
+    assert commands["sglang"][commands["sglang"].index("--deepep-mode") + 1] == "auto"
+    assert "--enable-expert-parallel" in commands["vllm"] and "--all2all-backend" not in commands["vllm"]
+    assert any("gathers and all-reduces" in note for note in launch_notes(SMALL, tp_ep))
+    dense = Config(Layout(16, 16, 1, 1), None, 64, None)
+    commands = launch_commands(SMALL, dense, 8)
+    assert "--moe-a2a-backend" not in commands["sglang"] and "--all2all-backend" not in commands["vllm"]
+    assert not any("DeepEP" in note for note in launch_notes(SMALL, dense))
 
 
 # ------------------------------------------------------------------------------ default drafts, fixes

@@ -285,7 +285,7 @@ def serving_notes(planner: Planner, disagg: Any = None) -> list[str]:
         f"chunked prefill: {chunk} prompt tokens per step{given}, in pieces of {shape.piece} tokens over a "
         f"{shape.prefix}-token prefix (token-weighted means); decode at context {r.input_length + r.output_length // 2}",
         f"TTFT is the {pct} of a queueing approximation (prompt tokens as an M/G/1 queue served a chunk per full "
-        f"step: Pollaczek-Khinchine mean wait, exponential tail; plus the step in progress and the request's own "
+        f"step, less the decodes a mixed step carries: Pollaczek-Khinchine mean wait, exponential tail; plus the step in progress and the request's own "
         f"steps) plus the engine's per-request host time; TPOT is the mean step between a request's tokens",
     ]
     if r.mode in ("agg", "both"):

@@ -553,9 +553,12 @@ def launch_notes(request: PlanRequest, config: Config) -> list[str]:
     """What the launch commands cannot say with a flag (a checkpoint to serve instead, a
     DeepEP mode the engine cannot switch per step)."""
     notes = [quantization_flags(engine, config.quantization)[1] for engine in ("sglang", "vllm", "trtllm")]
-    if config.layout.ep > 1:
+    if config.layout.ep > 1 and config.layout.dp > 1:
         notes.append("vllm: --all2all-backend runs one DeepEP mode for every step (low-latency here); the plan "
                      "priced prompt steps with DeepEP's normal kernels, as sglang's --deepep-mode auto runs them")
+    elif config.layout.ep > 1:
+        notes.append("vllm: without data parallelism its expert parallelism gathers and all-reduces the tokens "
+                     "instead of DeepEP's all-to-all, which the plan priced (sglang runs DeepEP at any TP)")
     return [note for note in notes if note]
 
 
@@ -563,7 +566,7 @@ def vllm_command(request: PlanRequest, config: Config, spec: Any = None,
                  all2all: str = "deepep_low_latency") -> list[str]:
     """The vLLM equivalent (``vllm serve ...``). Expert parallelism runs through DeepEP
     (``--all2all-backend``): one mode for every step, low-latency unless a prefill pool names
-    the high-throughput kernels."""
+    the high-throughput kernels. vLLM uses all-to-all kernels only across data-parallel ranks."""
     import json
 
     layout = config.layout
@@ -571,7 +574,7 @@ def vllm_command(request: PlanRequest, config: Config, spec: Any = None,
     if layout.dp > 1:
         cmd += ["--data-parallel-size", str(layout.dp)]
     if layout.ep > 1:
-        cmd += ["--enable-expert-parallel", "--all2all-backend", all2all]
+        cmd += ["--enable-expert-parallel"] + (["--all2all-backend", all2all] if layout.dp > 1 else [])
     cmd += quantization_flags("vllm", config.quantization)[0]
     if request.kv_cache_dtype not in ("bf16", "auto"):
         cmd += ["--kv-cache-dtype", "fp8" if request.kv_cache_dtype.startswith("fp8") else request.kv_cache_dtype]

@@ -286,7 +286,9 @@ class ServingPoint:
 def _fixed_point(f: Callable[[float], float], start: float) -> float:
     """The least solution of ``x = f(x)`` above ``start`` for an increasing ``f`` (the mean step
     as a function of itself): secant steps on ``f(x) - x`` inside a bracket that grows until it
-    holds the root; ``inf`` when there is none below a million seconds (the load diverges)."""
+    holds the root; ``inf`` when there is none below a million seconds (the load diverges) or
+    when ``f`` is infinite right above the last point below the root (a load no step can carry:
+    under ``mixed``, decodes that fill the chunk)."""
     lo, g_lo = start, f(start) - start
     if g_lo <= 0:
         return start
@@ -343,7 +345,8 @@ def steady_state(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, rate
     """The mean step, TPOT and TTFT (mean and ``percentile``) of one instance at ``rate``.
 
     Mean step: a share ``p`` of the steps carries prompt tokens, ``p = max(u, 1 - exp(-rate x
-    step x k))`` (``u`` = prompt tokens per step / chunk; ``k`` = steps one prompt needs): at
+    step x k))`` (``u`` = prompt tokens per step / the room R a step has for them, the chunk less
+    its decodes under ``mixed``; ``k`` = steps one prompt needs at R): at
     light load a step is busy when a request arrived during the one before. TTFT = the rest of
     the step in progress (a length-biased pick of a busy or idle step, uniform within it) + the
     wait for backlog (M/G/1 on prompt tokens at ``chunk`` per full step, less the decodes it
@@ -553,7 +556,8 @@ def simulate_engine(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, r
                     requests: int = 4000, warmup: int = 500, seed: int = 0) -> SimulatedRun:
     """Run the engine policy step by step on Poisson arrivals; statistics of the requests after
     ``warmup`` (TTFT at the end of the step with the last prompt chunk; TPOT per request over
-    its decode steps)."""
+    its decode steps). A mixed step's decodes take one token each of the chunk (the planner
+    mixes only without speculation)."""
     rng = random.Random(seed)
     probs = lengths.probabilities
     rows = [(i, o) for i, o, _ in lengths.rows]

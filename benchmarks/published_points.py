@@ -49,6 +49,10 @@ def _kimi_k2_instruct() -> dict:
 TRTLLM_090, NIM_180, VLLM_CI, COOKBOOK = "TRT-LLM 0.9.0", "NIM 1.8.0", "vLLM CI", "sgl-cookbook"
 SGLANG_PR = "sglang PR 13466"
 SGLANG_H20 = "sglang PR 7631"
+# The sglang a PR measured with is its branch of main, between releases; what matters here is the
+# all-reduce fusion rules it had, which are older than 0.5.7's (the first to fuse on sm_90).
+SGLANG_PR_VERSION = "0.5.5"  # November 2025
+SGLANG_H20_VERSION = "0.4.8"  # June 2025
 VLLM_RTN = "vLLM PR 23197"
 
 SOURCES = {
@@ -110,22 +114,42 @@ def trtllm_prefill(model: str, device: str, tp: int, tokens: int) -> Callable[[]
                      query_length=tokens, quantize_linear_action="FP8", kv_cache_dtype="fp8", engine="trtllm")
 
 
-def sglang_c1(model: str, device: str, tp: int, *, prompt: int | None = None, context: int | None = None,
+def fusion_in(version: str, model: str, device: str, tp: int) -> str:
+    """``on`` where sglang ``version`` ran each decoder layer's all-reduce and the RMSNorm after it
+    as one kernel for this model class on ``device`` (TP over ``tp`` GPUs), else ``off``. The
+    points keep the newest tables, whose version would otherwise decide (by 0.5.14's rules)."""
+    from infercast_adapters.config import load_config
+
+    from infercast.build import architecture_of
+    from infercast.engines import engine_named
+    from infercast.plugins import get_devices, get_manager, known_model_refs
+
+    manager = get_manager()
+    config = load_config(model, manager=manager, known_models=known_model_refs(manager))
+    spec = get_devices().get(device)
+    refusal = engine_named("sglang").all_reduce_fusion.refusal(
+        version, architecture_of(config), spec, -(-tp // spec.devices_per_node))
+    return "off" if refusal else "on"
+
+
+def sglang_c1(model: str, device: str, tp: int, ran: str, *, prompt: int | None = None, context: int | None = None,
               prefill_graph: str = "auto") -> Callable[[], float]:
-    """One request at a time through sglang: the client TTFT of a ``prompt``-token request, or
-    the TPOT of a decode step at ``context``. The cookbook ran sglang 0.5.6.x, which launches
-    prefill eagerly (piecewise CUDA graphs are the default from 0.5.10): its points set
-    ``prefill_graph="off"`` and keep the newest tables, which cover the most kernels."""
+    """One request at a time through sglang ``ran`` (the version that measured): the client TTFT
+    of a ``prompt``-token request, or the TPOT of a decode step at ``context``. The cookbook ran
+    sglang 0.5.6.x, which launches prefill eagerly (piecewise CUDA graphs are the default from
+    0.5.10): its points set ``prefill_graph="off"`` and keep the newest tables, which cover the
+    most kernels."""
     if prompt is None:
-        return sglang_decode(model, device, tp, 1, context)
+        return sglang_decode(model, device, tp, 1, context, ran)
     return simulated("ttft_ms", model=model, device=device, num_devices=tp, tp_size=tp, num_queries=1,
-                     prefill_cuda_graph=prefill_graph, query_length=prompt)
+                     prefill_cuda_graph=prefill_graph, query_length=prompt,
+                     all_reduce_fusion=fusion_in(ran, model, device, tp))
 
 
-def sglang_decode(model: str, device: str, tp: int, batch: int, context: int) -> Callable[[], float]:
-    """A client's inter-token latency with ``batch`` requests decoding at ``context``."""
+def sglang_decode(model: str, device: str, tp: int, batch: int, context: int, ran: str) -> Callable[[], float]:
+    """A client's inter-token latency with ``batch`` requests decoding at ``context`` on sglang ``ran``."""
     return simulated("tpot_ms", model=model, device=device, num_devices=tp, tp_size=tp, num_queries=batch,
-                     decode=True, context_length=context)
+                     decode=True, context_length=context, all_reduce_fusion=fusion_in(ran, model, device, tp))
 
 
 def batch_latency(model: str, device: str, tp: int, batch: int, prompt: int, output: int,
@@ -179,43 +203,44 @@ def points(root: Path) -> list[Published]:
                   simulated("ttft_ms", model=llama70, device="H100", num_devices=2, tp_size=2, num_queries=1,
                             query_length=500, quantize_linear_action="FP8", engine="trtllm")),
         Published("C1", "DeepSeek-R1 FP8, 8 x B200 TP8, 610 tokens", 153.00, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, prompt=610,
+                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, "0.5.6.post1", prompt=610,
                             prefill_graph="off")),
         Published("C2", "DeepSeek-R1 FP8, 8 x B200 TP8, 4,194 tokens", 165.91, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, prompt=4194,
+                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, "0.5.6.post1", prompt=4194,
                             prefill_graph="off")),
         Published("C3", "DeepSeek-R1 FP8, 8 x B200 TP8, context 821", 9.16, "decode", "client TPOT, mean",
-                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, context=610 + 211,
+                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, "0.5.6.post1", context=610 + 211,
                             prefill_graph="off")),
         Published("C4", "DeepSeek-R1 FP8, 8 x B200 TP8, context 2,833", 9.21, "decode", "client TPOT, mean",
-                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, context=610 + 2223,
+                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, "0.5.6.post1", context=610 + 2223,
                             prefill_graph="off")),
         Published("C5", "Qwen3-235B-A22B bf16, 8 x B200 TP8, 610 tokens", 99.03, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, prompt=610,
+                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, "0.5.6", prompt=610,
                             prefill_graph="off")),
         Published("C6", "Qwen3-235B-A22B bf16, 8 x B200 TP8, 4,194 tokens", 139.90, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, prompt=4194,
+                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, "0.5.6", prompt=4194,
                             prefill_graph="off")),
         Published("C7", "Qwen3-235B-A22B bf16, 8 x B200 TP8, context 821", 10.12, "decode", "client TPOT, mean",
-                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, context=610 + 211,
+                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, "0.5.6", context=610 + 211,
                             prefill_graph="off")),
         Published("C8", "Llama-3.1-70B bf16, 8 x A100 TP8, 610 tokens", 131.61, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1(llama70, "A100", 8, prompt=610,
+                  COOKBOOK, sglang_c1(llama70, "A100", 8, "0.5.6", prompt=610,
                             prefill_graph="off")),
         Published("C9", "Llama-3.1-70B bf16, 8 x A100 TP8, 4,194 tokens", 395.25, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1(llama70, "A100", 8, prompt=4194,
+                  COOKBOOK, sglang_c1(llama70, "A100", 8, "0.5.6", prompt=4194,
                             prefill_graph="off")),
         Published("C10", "Llama-3.1-70B bf16, 8 x A100 TP8, context 821", 18.63, "decode", "client TPOT, mean",
-                  COOKBOOK, sglang_c1(llama70, "A100", 8, context=610 + 211,
+                  COOKBOOK, sglang_c1(llama70, "A100", 8, "0.5.6", context=610 + 211,
                             prefill_graph="off")),
         Published("K1", "Kimi-K2-Instruct FP8, 8 x H200 TP8, 1,024 tokens", 95.154, "prefill",
                   "client TTFT, mean; prefill in piecewise CUDA graphs (on in the run, sglang's default from "
-                  "0.5.10)", SGLANG_PR, sglang_c1(kimi_k2, "H200", 8, prompt=1024)),
+                  "0.5.10)", SGLANG_PR, sglang_c1(kimi_k2, "H200", 8, SGLANG_PR_VERSION, prompt=1024)),
         Published("K2", "Kimi-K2-Instruct FP8, 8 x H200 TP8, context 1,032", 11.376, "decode", "client TPOT, mean",
-                  SGLANG_PR, sglang_c1(kimi_k2, "H200", 8, context=1024 + 8)),
+                  SGLANG_PR, sglang_c1(kimi_k2, "H200", 8, SGLANG_PR_VERSION, context=1024 + 8)),
         Published("H1", "DeepSeek-V3 FP8, 8 x H20 TP8, 8 requests, context 649", 19.73, "decode",
                   "client ITL, median", SGLANG_H20,
-                  sglang_decode("deepseek-ai/DeepSeek-V3", "H20", 8, 8, round(103005 / 200 + 53590 / 200 / 2))),
+                  sglang_decode("deepseek-ai/DeepSeek-V3", "H20", 8, 8, round(103005 / 200 + 53590 / 200 / 2),
+                                SGLANG_H20_VERSION)),
         Published("R1", "Llama-3.1-8B bf16, 1 x H100, batch 1", 236.0, "decode", "offline batch latency",
                   VLLM_RTN, batch_latency(llama8, "H100", 1, 1, 256, 32)),
         Published("R2", "Llama-3.1-8B bf16, 1 x H100, batch 16", 336.0, "decode", "offline batch latency",

@@ -17,6 +17,8 @@ from typing import Callable
 from rich.console import Console
 from rich.table import Table
 
+from published_points import fusion_in  # benchmarks/ is on the path when a script here runs
+
 from infercast.simulate import SimResult, UserInput, simulate
 
 
@@ -54,16 +56,19 @@ def _tokens_per_gpu(accept_length: float = 1.0) -> Callable[[SimResult], float]:
 # MoE), and the loaded runs below show a server far slower than those kernels.
 M1_INPUT = round(6101 / 10)
 M1_CONTEXT = M1_INPUT + round(4220 / 10 / 2)
+# The all-reduce fusion as the named release has it: 0.5.6.post2 fuses only on sm_100, so each
+# layer's all-reduce and RMSNorm run apart on H200 (0.5.9+ would fuse them for KimiK25).
+M1_FUSION = fusion_in("0.5.6.post2", "moonshotai/Kimi-K2.5", "H200", 8)
 
 POINTS = [
     Point("M1", "TTFT", 176.9, "ms",
           UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=8, num_queries=1,
-                    query_length=M1_INPUT),
+                    all_reduce_fusion=M1_FUSION, query_length=M1_INPUT),
           lambda r: r.ttft_ms, "prefill", 0.15,
           f"concurrency 1; prompts of {M1_INPUT} tokens, the run's mean (lengths uniform in 1-1000)"),
     Point("M1", "TPOT", 9.22, "ms",
           UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=8, num_queries=1,
-                    decode=True, context_length=M1_CONTEXT),
+                    all_reduce_fusion=M1_FUSION, decode=True, context_length=M1_CONTEXT),
           lambda r: r.tpot_ms, "decode", 0.15,
           f"context {M1_CONTEXT} = the run's mean prompt {M1_INPUT} + half its mean output 422"),
     Point("M2", "output tok/s per GPU", 2785.0, "tok/s",
@@ -84,20 +89,20 @@ POINTS = [
 M1_LONG = [
     Point("M1-1K/8K", "TTFT", 206.17, "ms",
           UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=8, num_queries=1,
-                    query_length=M1_INPUT),
+                    all_reduce_fusion=M1_FUSION, query_length=M1_INPUT),
           lambda r: r.ttft_ms, "prefill", 0.15, f"as M1: prompts of {M1_INPUT} tokens (the run's mean)"),
     Point("M1-1K/8K", "TPOT", 14.36, "ms",
           UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=8, num_queries=1,
-                    decode=True, context_length=M1_INPUT + round(44462 / 10 / 2)),
+                    all_reduce_fusion=M1_FUSION, decode=True, context_length=M1_INPUT + round(44462 / 10 / 2)),
           lambda r: r.tpot_ms, "decode", 0.15,
           f"context {M1_INPUT + round(44462 / 10 / 2)} = mean prompt {M1_INPUT} + half the mean output 4,446"),
     Point("M1-8K/1K", "TTFT", 1625.64, "ms",
           UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=8, num_queries=1,
-                    query_length=round(41941 / 10)),
+                    all_reduce_fusion=M1_FUSION, query_length=round(41941 / 10)),
           lambda r: r.ttft_ms, "prefill", 0.15, f"prompts of {round(41941 / 10)} tokens (the run's mean)"),
     Point("M1-8K/1K", "TPOT", 24.95, "ms",
           UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=8, num_queries=1,
-                    decode=True, context_length=round(41941 / 10) + round(4220 / 10 / 2)),
+                    all_reduce_fusion=M1_FUSION, decode=True, context_length=round(41941 / 10) + round(4220 / 10 / 2)),
           lambda r: r.tpot_ms, "decode", 0.15,
           f"context {round(41941 / 10) + round(4220 / 10 / 2)} = mean prompt 4,194 + half the mean output 422"),
 ]
@@ -171,7 +176,7 @@ def m1_loaded_rows():
     rows = []
     for concurrency, measured in M1_LOADED:
         request = PlanRequest(model="moonshotai/Kimi-K2.5", device="H200", num_devices=(8,),
-                              batches=(128,), speculative=(),
+                              batches=(128,), speculative=(), all_reduce_fusion=M1_FUSION,
                               serving=ServingOptions(concurrency=round(concurrency), lengths=lengths))
         plan = Planner(request).run()
         tp8 = next(c for c in plan.configs if (c.layout.tp, c.layout.dp, c.layout.ep) == (8, 1, 1))

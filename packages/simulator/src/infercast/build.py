@@ -44,6 +44,8 @@ class BuiltModel:
     text_config: Any
     vision_param_count: int = 0
     """Of which the vision tower and projector."""
+    architecture: str = ""
+    """``config.architectures[0]``, the model class an engine loads (empty when the config has none)."""
 
 
 class Builders:
@@ -100,4 +102,10 @@ def build(config: Any, profile: ModelProfile, ctx: SimContext, manager: AdapterM
     sim = SimModel(ctx, embed, layers, head, vision=tower)
     vision_params = tower.total_logical_params() if tower is not None else 0
     return BuiltModel(sim=sim, param_count=sim.total_logical_params(), profile=profile, text_config=text,
-                      vision_param_count=vision_params)
+                      vision_param_count=vision_params, architecture=architecture_of(config))
+
+
+def architecture_of(config: Any) -> str:
+    """``config.architectures[0]`` (the class an engine loads), or "" when the config has none."""
+    names = getattr(config, "architectures", None)
+    return names[0] if isinstance(names, (list, tuple)) and names and isinstance(names[0], str) else ""

@@ -170,7 +170,8 @@ GRID_FIELDS = ("speculative_num_steps", "speculative_eagle_topk", "speculative_n
 SPEC_FIELDS = ("speculative_algorithm", "speculative_draft_model", "speculative_num_steps", "speculative_eagle_topk",
                "speculative_num_draft_tokens", "accept_length", "acceptance_rates", "acceptance_matrix",
                "acceptance_preset", "accept_length_from")
-COST_FIELDS = ("engine", "engine_version", "calibration", "cost_model", "expert_imbalance", "prefill_cuda_graph")
+COST_FIELDS = ("engine", "engine_version", "calibration", "cost_model", "expert_imbalance", "prefill_cuda_graph",
+               "all_reduce_fusion")
 
 
 def add_request_arguments(p: argparse.ArgumentParser, *, only: Sequence[str] | None = None,

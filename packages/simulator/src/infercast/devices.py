@@ -120,6 +120,9 @@ class DeviceSpec:
     """aiconfigurator-core's system name for this device's measured kernel tables, if it has any."""
     sm_count: int | None = None
     """Streaming multiprocessors (GEMM waves are quantised to them), from the vendor's data sheet."""
+    cuda_arch: int | None = None
+    """NVIDIA compute capability as engines test it (80 sm_80, 90 sm_90, 100 sm_100); None for
+    other vendors. Engines turn kernels on by it (sglang's FlashInfer all-reduce fusion)."""
     super_node_size: int | None = None
     """Devices in one scale-up domain beyond a node (Ascend CloudMatrix384), when enabled."""
     aliases: tuple[str, ...] = ()
@@ -149,6 +152,7 @@ class DeviceSpec:
             "devices_per_node": self.devices_per_node,
             "super_node_size": self.super_node_size,
             "sm_count": self.sm_count,
+            "cuda_arch": self.cuda_arch,
             "kernel_tables": self.kernel_tables,
             "efficiency": {
                 "gemm": dict(self.efficiency.gemm),
@@ -165,6 +169,7 @@ class DeviceSpec:
 
 NVIDIA_SPEC = "NVIDIA data sheet (dense tensor-core peaks), via shared/reference/devices.md"
 IB_400G = 400e9 / 8  # 400 Gb/s per GPU, the typical scale-out NIC
+CUDA_GPUS = "NVIDIA's CUDA GPU compute capability list (developer.nvidia.com/cuda-gpus)"
 
 BUILTIN_DEVICES: tuple[DeviceSpec, ...] = (
     DeviceSpec(
@@ -173,8 +178,9 @@ BUILTIN_DEVICES: tuple[DeviceSpec, ...] = (
         memory_bytes=80 * GB, hbm_bandwidth_bytes_per_s=2.04 * TB,
         scale_up_bandwidth_bytes_per_s=300 * GB, scale_up_latency_s=3e-6,
         scale_out_bandwidth_bytes_per_s=200e9 / 8, scale_out_latency_s=10e-6,
-        kernel_tables='a100_sxm', sm_count=108, devices_per_node=8, efficiency=AMPERE_A100,
-        sources={"peaks, memory, NVLink3": NVIDIA_SPEC, "scale-out": "200 Gb/s HDR per GPU, typical DGX A100"},
+        kernel_tables='a100_sxm', sm_count=108, cuda_arch=80, devices_per_node=8, efficiency=AMPERE_A100,
+        sources={"compute capability": CUDA_GPUS, "peaks, memory, NVLink3": NVIDIA_SPEC,
+                 "scale-out": "200 Gb/s HDR per GPU, typical DGX A100"},
     ),
     DeviceSpec(
         name="H100", aliases=("H100-SXM", "H100-80GB"),
@@ -182,8 +188,9 @@ BUILTIN_DEVICES: tuple[DeviceSpec, ...] = (
         memory_bytes=80 * GB, hbm_bandwidth_bytes_per_s=3.35 * TB,
         scale_up_bandwidth_bytes_per_s=450 * GB, scale_up_latency_s=3e-6,
         scale_out_bandwidth_bytes_per_s=IB_400G, scale_out_latency_s=10e-6,
-        kernel_tables='h100_sxm', sm_count=132, devices_per_node=8, efficiency=HOPPER_H100,
-        sources={"peaks, memory, NVLink4": NVIDIA_SPEC, "scale-out": "400 Gb/s per GPU typical"},
+        kernel_tables='h100_sxm', sm_count=132, cuda_arch=90, devices_per_node=8, efficiency=HOPPER_H100,
+        sources={"compute capability": CUDA_GPUS, "peaks, memory, NVLink4": NVIDIA_SPEC,
+                 "scale-out": "400 Gb/s per GPU typical"},
     ),
     DeviceSpec(
         name="H200", aliases=("H200-SXM", "H200-141GB"),
@@ -191,8 +198,9 @@ BUILTIN_DEVICES: tuple[DeviceSpec, ...] = (
         memory_bytes=141 * GB, hbm_bandwidth_bytes_per_s=4.8 * TB,
         scale_up_bandwidth_bytes_per_s=450 * GB, scale_up_latency_s=3e-6,
         scale_out_bandwidth_bytes_per_s=IB_400G, scale_out_latency_s=10e-6,
-        kernel_tables='h200_sxm', sm_count=132, devices_per_node=8, efficiency=HOPPER_H200,
-        sources={"peaks, memory, NVLink4": NVIDIA_SPEC, "scale-out": "400 Gb/s per GPU typical"},
+        kernel_tables='h200_sxm', sm_count=132, cuda_arch=90, devices_per_node=8, efficiency=HOPPER_H200,
+        sources={"compute capability": CUDA_GPUS, "peaks, memory, NVLink4": NVIDIA_SPEC,
+                 "scale-out": "400 Gb/s per GPU typical"},
     ),
     DeviceSpec(
         name="H20", aliases=("H20-96G",),
@@ -200,8 +208,9 @@ BUILTIN_DEVICES: tuple[DeviceSpec, ...] = (
         memory_bytes=96 * GB, hbm_bandwidth_bytes_per_s=4.0 * TB,
         scale_up_bandwidth_bytes_per_s=450 * GB, scale_up_latency_s=3e-6,
         scale_out_bandwidth_bytes_per_s=IB_400G, scale_out_latency_s=10e-6,
-        sm_count=78, devices_per_node=8, efficiency=H20_CAPPED,
-        sources={"peaks, memory, NVLink": NVIDIA_SPEC, "scale-out": "400 Gb/s per GPU typical"},
+        sm_count=78, cuda_arch=90, devices_per_node=8, efficiency=H20_CAPPED,
+        sources={"compute capability": CUDA_GPUS, "peaks, memory, NVLink": NVIDIA_SPEC,
+                 "scale-out": "400 Gb/s per GPU typical"},
     ),
     DeviceSpec(
         name="B200",
@@ -209,8 +218,9 @@ BUILTIN_DEVICES: tuple[DeviceSpec, ...] = (
         memory_bytes=180 * GB, hbm_bandwidth_bytes_per_s=8 * TB,
         scale_up_bandwidth_bytes_per_s=900 * GB, scale_up_latency_s=3e-6,
         scale_out_bandwidth_bytes_per_s=IB_400G, scale_out_latency_s=10e-6,
-        kernel_tables='b200_sxm', sm_count=148, devices_per_node=8, efficiency=BLACKWELL_B200,
-        sources={"peaks, memory, NVLink5": NVIDIA_SPEC, "scale-out": "400 Gb/s per GPU typical"},
+        kernel_tables='b200_sxm', sm_count=148, cuda_arch=100, devices_per_node=8, efficiency=BLACKWELL_B200,
+        sources={"compute capability": CUDA_GPUS, "peaks, memory, NVLink5": NVIDIA_SPEC,
+                 "scale-out": "400 Gb/s per GPU typical"},
     ),
     DeviceSpec(
         name="MI300X", sm_count=304,

@@ -10,7 +10,7 @@ row in the output, with its source; none is folded into a kernel's efficiency.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Mapping
+from typing import Any, Mapping
 
 from infercast_adapters import InfercastError
 
@@ -62,6 +62,92 @@ class PrefillGraphs:
 
 
 @dataclass(frozen=True)
+class FusionEra:
+    """Where one range of engine versions fuses the all-reduce with the norm after it."""
+
+    since: str
+    architectures: frozenset[str]
+    """The model classes (``config.architectures[0]``) the engine turns the fusion on for."""
+    cuda_archs: frozenset[int]
+    """Compute capabilities it runs on (90: Hopper, 100: Blackwell)."""
+    excluded_devices: frozenset[str] = frozenset()
+    """Devices the engine leaves out by name (a FlashInfer bug on H20)."""
+    multi_node_archs: frozenset[int] = frozenset()
+    """Compute capabilities on which it also fuses across nodes (else one node only)."""
+
+
+@dataclass(frozen=True)
+class AllReduceFusion:
+    """The engine folds each decoder layer's tensor-parallel all-reduce into the residual add and
+    RMSNorm that follow it (one kernel: FlashInfer's all-reduce fusion), for steps of up to
+    ``max_tokens`` tokens, without DP attention or an MoE all-to-all backend."""
+
+    eras: tuple[FusionEra, ...]
+    """Oldest first; a version takes the last era it has reached (an unknown version the newest)."""
+    max_tokens: int
+    source: str
+
+    def era(self, version: str | None) -> FusionEra | None:
+        if version is None:
+            return self.eras[-1]
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            v = Version(version)
+        except InvalidVersion:
+            return self.eras[-1]
+        reached = [e for e in self.eras if v >= Version(e.since)]
+        return reached[-1] if reached else None
+
+    def refusal(self, version: str | None, architecture: str, device: Any, nodes: int = 1) -> str | None:
+        """Why ``version`` does not fuse for this model class on ``device`` (a
+        :class:`~infercast.devices.DeviceSpec`) over ``nodes`` nodes; None when it does."""
+        named = f"{version or 'the newest version'}"
+        era = self.era(version)
+        if era is None:
+            return f"{named} has no all-reduce fusion"
+        if architecture not in era.architectures:
+            return f"{named} does not fuse for {architecture or 'a config without architectures'}"
+        if device.cuda_arch not in era.cuda_archs:
+            return f"{named} fuses only on sm_{'/sm_'.join(map(str, sorted(era.cuda_archs)))}"
+        if device.name in era.excluded_devices:
+            return f"{named} leaves {device.name} out"
+        if nodes > 1 and device.cuda_arch not in era.multi_node_archs:
+            return f"{named} fuses within one node"
+        return None
+
+
+_DSV3_GPTOSS = frozenset({"DeepseekV3ForCausalLM", "GptOssForCausalLM"})
+_SGLANG_057 = _DSV3_GPTOSS | {"Glm4MoeForCausalLM", "Qwen3MoeForCausalLM"}
+_SGLANG_059 = _SGLANG_057 | {"Glm4MoeLiteForCausalLM", "KimiK25ForConditionalGeneration"}
+_SGLANG_0510 = _SGLANG_059 | {"Qwen3_5MoeForConditionalGeneration", "Qwen3_5ForConditionalGeneration"}
+_SGLANG_0511 = _SGLANG_0510 | {"DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "Qwen3NextForCausalLM"}
+_SGLANG_0512 = _SGLANG_0511 | {"InternS2PreviewForConditionalGeneration"}
+_SGLANG_0513 = _SGLANG_0512 | {"MistralLarge3ForCausalLM"}
+_SGLANG_0514 = _SGLANG_0513 | {"Qwen3VLMoeForConditionalGeneration", "NemotronHForCausalLM",
+                               "NemotronHPuzzleForCausalLM"}
+_H20 = frozenset({"H20"})
+SGLANG_ALL_REDUCE_FUSION = AllReduceFusion(
+    eras=(
+        FusionEra("0", _DSV3_GPTOSS, frozenset({100})),  # read in 0.5.6.post2; earlier releases not checked
+        FusionEra("0.5.7", _SGLANG_057, frozenset({90, 100}), _H20),
+        FusionEra("0.5.9", _SGLANG_059, frozenset({90, 100}), _H20),
+        FusionEra("0.5.10", _SGLANG_0510, frozenset({90, 100}), _H20),
+        FusionEra("0.5.11", _SGLANG_0511, frozenset({90, 100}), _H20),
+        FusionEra("0.5.12", _SGLANG_0512, frozenset({90, 100}), _H20),
+        FusionEra("0.5.13", _SGLANG_0513, frozenset({90, 100})),
+        FusionEra("0.5.14", _SGLANG_0514, frozenset({90, 100}), multi_node_archs=frozenset({100})),
+    ),
+    max_tokens=2048,
+    source="sglang server_args.py turns enable_flashinfer_allreduce_fusion on by model class: 0.5.6.post2 for "
+    "DeepseekV3 (and GptOss) on sm100; from 0.5.7 on sm90 too, with Qwen3 MoE and GLM-4 MoE; KimiK25 from 0.5.9; "
+    "never with DP attention or an MoE all-to-all backend, one node only (sm100 also across nodes from 0.5.14), "
+    "H20 left out from 0.5.7 to 0.5.12 (flashinfer issue 2204). communicator.py fuses the all-reduce after "
+    "attention and after the MLP (not the last layer's) into the next RMSNorm for up to 2,048 tokens",
+)
+
+
+@dataclass(frozen=True)
 class Engine:
     name: str
     tables: str
@@ -89,6 +175,8 @@ class Engine:
     spec_overlap: bool = True
     """Whether speculative decoding keeps the overlapped scheduler (else ``step_without_overlap``
     is paid every cycle)."""
+    all_reduce_fusion: AllReduceFusion | None = None
+    """When the all-reduce and the norm after it run as one kernel (None: never modelled)."""
 
     def spec_step(self) -> HostCost:
         """The host time a speculative cycle waits for."""
@@ -178,7 +266,7 @@ register(Engine(
     moe_kernels={"w4a16": ("marlin",), "bf16": ("triton", "flashinfer_cutlass"), "fp8_block": ("triton", "deepgemm"),
                  "fp8": ("triton",), "mxfp4_w4a16": ("triton", "marlin")},
     custom_all_reduce=True, decode_graph_max_batch=256, prefill_graphs=SGLANG_PIECEWISE,
-    eager_launch=SGLANG_EAGER, step=SGLANG_STEP, request=SGLANG_REQUEST,
+    eager_launch=SGLANG_EAGER, step=SGLANG_STEP, request=SGLANG_REQUEST, all_reduce_fusion=SGLANG_ALL_REDUCE_FUSION,
     # speculative decoding runs without the overlap scheduler unless SGLANG_ENABLE_SPEC_V2 is set
     # (sglang docs, advanced_features/speculative_decoding.md: "SpecV2 ... overlap scheduler (experimental)")
     spec_overlap=False,

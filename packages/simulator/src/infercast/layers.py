@@ -45,6 +45,9 @@ class SimContext:
     prefill_graph_tokens: int = 0
     """The most tokens per rank a prefill forward replays from piecewise CUDA graphs (0: every
     prefill forward launches eagerly); set by :func:`infercast.pricing.prefill_graph_tokens`."""
+    all_reduce_fusion_tokens: int = 0
+    """The most tokens per rank for which each decoder layer's all-reduce and the RMSNorm after it
+    run as one kernel (0: never); set by :func:`infercast.pricing.all_reduce_fusion`."""
 
     @contextlib.contextmanager
     def using(self, workload: Workload) -> Iterator[None]:
@@ -476,9 +479,18 @@ class SimDecoderLayer(SimModule):
     def is_moe(self) -> bool:
         return isinstance(self.mlp, SimMoE)
 
+    def signature(self) -> tuple:
+        """With all-reduce fusion the first layer traces apart: its input norm follows the
+        embedding, not a fused all-reduce."""
+        return super().signature(), self.index == 0 and self.ctx.all_reduce_fusion_tokens > 0
+
     def forward(self, h: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        p = self.ctx.parallel
-        h, residual = self.input_layernorm(h, residual)
+        p, ctx = self.ctx.parallel, self.ctx
+        # the engine folds each all-reduce into the residual add and RMSNorm after it: the MLP's
+        # into the next layer's input norm (not the last layer's), attention's into the norm below
+        fused = p.tp > 1 and 0 < ctx.tokens <= ctx.all_reduce_fusion_tokens
+        if not fused or self.index == 0:
+            h, residual = self.input_layernorm(h, residual)
         a = self.self_attn(h)
         scatter = self.is_moe and p.ep > 1 and p.tp > 1
         if scatter:  # DP attention with attention-TP: each rank routes 1/tp of the tokens
@@ -486,7 +498,10 @@ class SimDecoderLayer(SimModule):
             residual = residual[: a.shape[0]]
         elif p.tp > 1:
             a = OPS.all_reduce(a, p.tp, "attn_tp")
-        h, residual = self.post_attention_layernorm(a, residual)
+        if fused:
+            h = a
+        else:
+            h, residual = self.post_attention_layernorm(a, residual)
         m = self.mlp(h)
         if scatter:
             m = OPS.all_gather(m, p.tp, "attn_tp")

@@ -27,7 +27,7 @@ from infercast.devices import GIB, DeviceSpec
 from infercast.layers import KV_DTYPES, SimContext
 from infercast.memory import MEMORY_FRACTION
 from infercast.parallel import Parallel, Workload, validate_layout
-from infercast.pricing import cost_model_for, phase_of, prefill_graph_tokens, spec_host_rows
+from infercast.pricing import all_reduce_fusion, cost_model_for, phase_of, prefill_graph_tokens, spec_host_rows
 from infercast.request import UserInput
 from infercast.serving import MODES, ServingOptions, default_chunk
 from infercast.simulate import _resolve_quant, resolve_profile, routed_experts, speculative_request
@@ -123,6 +123,8 @@ class PlanRequest:
     expert_imbalance: str = "balanced"
     prefill_cuda_graph: str = "auto"
     """Prefill in piecewise CUDA graphs: ``auto``, ``on`` or ``off`` (as ``UserInput``)."""
+    all_reduce_fusion: str = "auto"
+    """Each layer's all-reduce and the norm after it as one kernel: ``auto``, ``on`` or ``off``."""
     mode: str = "agg"
     """``agg`` (continuous batching with chunked prefill), ``disagg`` (prefill and decode pools)
     or ``both``; ``static``: one request's prefill alone and the decode step at each batch."""
@@ -288,6 +290,8 @@ class Planner:
             chunk = self.request.serving.chunked_prefill_size or default_chunk(self.device.memory_bytes)
             ctx.prefill_graph_tokens = prefill_graph_tokens(self.costs, built, parallel, chunk,
                                                             mode=self.request.prefill_cuda_graph)
+            ctx.all_reduce_fusion_tokens = all_reduce_fusion(self.costs, built, parallel,
+                                                             mode=self.request.all_reduce_fusion)[0]
             self._built[key] = (built, ctx)
         return self._built[key]
 
@@ -514,6 +518,8 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
     cmd += ["--max-running-requests", str(config.batch)]
     cmd += sglang_prefill_graph_flags(request.prefill_cuda_graph,
                                       request.engine_version if request.engine == "sglang" else None)
+    cmd += {"on": ["--enable-flashinfer-allreduce-fusion"],
+            "off": ["--enforce-disable-flashinfer-allreduce-fusion"]}.get(request.all_reduce_fusion, [])
     if config.serving:  # continuous batching as planned: the chunk budget, decodes mixed into prompt steps
         cmd += ["--chunked-prefill-size", str(config.serving["chunked_prefill_size"])]
         cmd += ["--enable-mixed-chunk"] if config.serving["policy"] == "mixed" else []

@@ -84,6 +84,30 @@ def prefill_graph_tokens(model: CostModel, built: BuiltModel, parallel: Any, chu
     return min(chunk, cap) if cap else chunk
 
 
+def all_reduce_fusion(model: CostModel, built: BuiltModel, parallel: Any, *, mode: str = "auto") -> tuple[int, str]:
+    """(the most tokens per rank for which the engine runs each decoder layer's all-reduce and
+    the RMSNorm after it as one kernel, 0 for none; why). ``mode``: the request's
+    ``all_reduce_fusion``: ``auto`` follows the engine version's rules, ``on`` and ``off``
+    override them where the layout has the all-reduces to fuse."""
+    engine, device, fusion = model.engine, model.device, model.engine.all_reduce_fusion
+    if mode == "off":
+        return 0, "--all-reduce-fusion off"
+    if fusion is None:
+        return 0, f"{engine.name}: not modelled"
+    blockers = [why for why, hit in (("no tensor parallelism", parallel.tp <= 1), ("DP attention", parallel.dp > 1),
+                                     ("an MoE all-to-all backend (DeepEP)", parallel.ep > 1)) if hit]
+    if blockers:
+        return 0, f"{engine.name} fuses no all-reduce with {blockers[0]}"
+    if mode == "on":
+        return fusion.max_tokens, "--all-reduce-fusion on"
+    nodes = -(-parallel.num_devices // device.devices_per_node)
+    refusal = fusion.refusal(model.engine_version, built.architecture, device, nodes)
+    if refusal:
+        return 0, f"{engine.name} {refusal}"
+    return fusion.max_tokens, (f"{engine.name} {model.engine_version or 'the newest version'} fuses for "
+                               f"{built.architecture} on sm_{device.cuda_arch}")
+
+
 def price(user: UserInput, built: BuiltModel, records: list[OpRecord], model: CostModel, ctx: SimContext,
           decode: bool, query_length: int, context: int, quant_text: str, *, micro: list[OpRecord] | None = None,
           extra_weight_bytes: int = 0, extra_kv_per_token: int = 0, speculative: bool = False) -> SimResult:

@@ -31,6 +31,7 @@ ENGINES = ("sglang", "vllm", "trtllm")
 COST_MODELS = ("measured", "analytic")
 IMBALANCE = ("balanced", "power-law-1.01", "power-law-1.2")
 PREFILL_GRAPH_MODES = ("auto", "on", "off")
+ALL_REDUCE_FUSION_MODES = ("auto", "on", "off")
 
 
 class FieldError(InfercastError):
@@ -134,6 +135,9 @@ class UserInput:
     prefill_cuda_graph: str = opt("auto", "prefill in piecewise CUDA graphs: auto (the engine version's default "
                                   "and its rules, default), on (also where the version makes it opt-in), off",
                                   COST, choices=PREFILL_GRAPH_MODES)
+    all_reduce_fusion: str = opt("auto", "each layer's all-reduce and the RMSNorm after it as one kernel (sglang's "
+                                 "FlashInfer fusion): auto (the engine version's rules, default), on, off", COST,
+                                 choices=ALL_REDUCE_FUSION_MODES)
 
 
 def flag_of(name: str) -> str:
@@ -222,6 +226,9 @@ def check(user: UserInput) -> UserInput:
     if user.prefill_cuda_graph == "on" and engine_named(user.engine).prefill_graphs is None:
         raise FieldError("prefill_cuda_graph", f"on: infercast models no prefill CUDA graphs for {user.engine} "
                          "(sglang and vllm have them); use auto or off")
+    if user.all_reduce_fusion == "on" and engine_named(user.engine).all_reduce_fusion is None:
+        raise FieldError("all_reduce_fusion", f"on: infercast models no all-reduce fusion for {user.engine} "
+                         "(sglang's); use auto or off")
     if user.cost_model == "analytic" and user.engine_version is not None:
         raise FieldError("engine_version", "selects measured kernel tables; it has no effect with {cost_model} "
                          "analytic")

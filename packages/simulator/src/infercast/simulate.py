@@ -19,7 +19,14 @@ from infercast_adapters.config import load_config
 from infercast.build import build
 from infercast.layers import KV_DTYPES, SimContext
 from infercast.parallel import Parallel, Workload, validate_layout, validate_workload
-from infercast.pricing import cost_model_for, prefill_graph_blockers, prefill_graph_tokens, price, price_speculative
+from infercast.pricing import (
+    all_reduce_fusion,
+    cost_model_for,
+    prefill_graph_blockers,
+    prefill_graph_tokens,
+    price,
+    price_speculative,
+)
 from infercast.quant import plan_from_action, plan_from_checkpoint
 from infercast.request import DEFAULT_DECODE_CONTEXT, DEFAULT_DEVICE, UserInput, check
 from infercast.serving import default_chunk
@@ -78,6 +85,7 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     built = build(config, profile, ctx, manager)
     ctx.prefill_graph_tokens = prefill_graph_tokens(model, built, parallel, default_chunk(device.memory_bytes),
                                                     mode=user.prefill_cuda_graph)
+    ctx.all_reduce_fusion_tokens, fusion_why = all_reduce_fusion(model, built, parallel, mode=user.all_reduce_fusion)
     vision = None
     if user.image_batch_size:
         tower = built.sim.vision
@@ -113,6 +121,9 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
         elif ctx.tokens > ctx.prefill_graph_tokens:
             result.notes.append(f"prefill launched eagerly: {ctx.tokens} tokens per rank, above the "
                                 f"{ctx.prefill_graph_tokens} that piecewise CUDA graphs capture")
+    if 0 < ctx.tokens <= ctx.all_reduce_fusion_tokens:
+        result.notes.append(f"all-reduce fusion: {fusion_why}; each decoder layer's all-reduce carries the residual "
+                            "add and RMSNorm after it (the last layer's all-reduce apart), priced as the all-reduce")
     if user.model is None:
         entry = next((ref for ref, _ in manager.models() if ref.ref == model_ref), None)
         result.notes.append(f"no model given: simulated the default, {model_ref}"

@@ -1,0 +1,101 @@
+"""sglang's FlashInfer all-reduce fusion: which versions, models, GPUs and layouts fuse each
+decoder layer's all-reduce with the residual add and RMSNorm after it, and what the step loses."""
+
+from __future__ import annotations
+
+import pytest
+
+from infercast.engines import ENGINES
+from infercast.plugins import get_devices
+from infercast.simulate import UserInput, simulate
+
+FUSION = ENGINES["sglang"].all_reduce_fusion
+KIMI = dict(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8)
+DSV3 = "DeepseekV3ForCausalLM"
+LAYERS = 61  # Kimi-K2.5's and DeepSeek-V3's decoder layers
+
+
+@pytest.mark.parametrize(("version", "architecture", "device", "nodes", "fuses"), [
+    ("0.5.6.post2", DSV3, "B200", 1, True),   # 0.5.6: DeepSeek on sm_100 only
+    ("0.5.6.post2", DSV3, "H200", 1, False),
+    ("0.5.7", DSV3, "H200", 1, True),         # sm_90 from 0.5.7
+    ("0.5.7", DSV3, "H20", 1, False),         # H20 left out (a FlashInfer bug) until 0.5.13
+    ("0.5.13", DSV3, "H20", 1, True),
+    ("0.5.8", "KimiK25ForConditionalGeneration", "H200", 1, False),  # Kimi-K2.5 from 0.5.9
+    ("0.5.9", "KimiK25ForConditionalGeneration", "H200", 1, True),
+    ("0.5.14", "LlamaForCausalLM", "H200", 1, False),
+    ("0.5.14", DSV3, "A100", 1, False),
+    ("0.5.14", DSV3, "H200", 2, False),       # one node on sm_90
+    ("0.5.14", DSV3, "B200", 2, True),        # sm_100 across nodes from 0.5.14
+    ("0.5.12", DSV3, "B200", 2, False),
+])
+def test_the_versions_rules_decide_where_it_fuses(version, architecture, device, nodes, fuses) -> None:
+    refusal = FUSION.refusal(version, architecture, get_devices().get(device), nodes)
+    assert (refusal is None) is fuses, refusal
+
+
+def _norms(result) -> tuple[int, float]:
+    rows = [r for r in result.ops if r.name.startswith("fused_add_rms_norm")]
+    return sum(r.count for r in rows), sum(r.total_ms for r in rows)
+
+
+def _all_reduces(result) -> tuple[int, float]:
+    rows = [r for r in result.ops if r.name.startswith("all_reduce")]
+    return sum(r.count for r in rows), sum(r.total_ms for r in rows)
+
+
+def test_a_fused_decode_step_drops_every_norm_an_all_reduce_carries() -> None:
+    """61 layers: 2 x 61 all-reduces; each carries the norm after it but the last layer's MLP
+    all-reduce, before the final norm. Left: layer 0's input norm and the head's."""
+    fused = simulate(UserInput(**KIMI, decode=True, context_length=821))
+    apart = simulate(UserInput(**KIMI, decode=True, context_length=821, all_reduce_fusion="off"))
+    layers = LAYERS
+    assert _norms(apart)[0] == 2 * layers + 1 and _norms(fused)[0] == 2
+    assert _all_reduces(fused) == _all_reduces(apart)  # priced as the all-reduce alone
+    assert apart.kernel_count - fused.kernel_count == 2 * layers - 1
+    dropped = _norms(apart)[1] - _norms(fused)[1]
+    assert apart.step_latency_ms - fused.step_latency_ms == pytest.approx(dropped, rel=1e-6)
+    assert any("all-reduce fusion: sglang 0.5.14 fuses" in n for n in fused.notes)
+    every = simulate(UserInput(**KIMI, decode=True, context_length=821, trace_every_layer=True))
+    assert every.step_latency_ms == pytest.approx(fused.step_latency_ms, rel=1e-9)
+
+
+@pytest.mark.parametrize("user", [
+    UserInput(**KIMI, query_length=2049),                                        # above 2,048 tokens
+    UserInput(**KIMI, decode=True, engine_version="0.5.9", all_reduce_fusion="off"),
+    UserInput(model="deepseek-ai/DeepSeek-V3", device="H200", num_devices=8, dp_size=8, ep_size=8, decode=True),
+    UserInput(model="deepseek-ai/DeepSeek-V3", device="H200", num_devices=8, ep_size=8, decode=True),
+    UserInput(model="deepseek-ai/DeepSeek-V3", device="H200", num_devices=16, decode=True),
+    UserInput(**KIMI, decode=True, engine="vllm"),
+])
+def test_no_fusion_outside_the_rules(user: UserInput) -> None:
+    result = simulate(user)
+    assert _norms(result)[0] == 2 * LAYERS + 1
+    assert not any("all-reduce fusion" in n for n in result.notes)
+
+
+def test_on_overrides_the_version_but_not_the_layout() -> None:
+    on = simulate(UserInput(**KIMI, decode=True, engine_version="0.5.6.post2", all_reduce_fusion="on"))
+    assert _norms(on)[0] == 2
+    dp = simulate(UserInput(model="deepseek-ai/DeepSeek-V3", device="H200", num_devices=8, dp_size=8, ep_size=8,
+                            decode=True, all_reduce_fusion="on"))
+    assert _norms(dp)[0] == 2 * LAYERS + 1
+
+
+def test_on_for_an_engine_without_it_is_a_flag_error(capsys) -> None:
+    from infercast.cli import main
+
+    assert main(["simulate", "moonshotai/Kimi-K2.5", "--engine", "vllm", "--all-reduce-fusion", "on"]) == 2
+    err = capsys.readouterr().err
+    assert "--all-reduce-fusion" in err and "vllm" in err and "auto or off" in err
+
+
+@pytest.mark.parametrize(("mode", "flag"), [("on", "--enable-flashinfer-allreduce-fusion"),
+                                            ("off", "--enforce-disable-flashinfer-allreduce-fusion")])
+def test_plan_launch_commands_carry_the_mode(mode: str, flag: str) -> None:
+    from infercast.plan import Config, Layout, PlanRequest, sglang_command
+
+    request = PlanRequest(model="moonshotai/Kimi-K2.5", device="H200", all_reduce_fusion=mode)
+    assert flag in sglang_command(request, Config(Layout(8, 8, 1, 1), None, 16, None), 8)
+    auto = PlanRequest(model="moonshotai/Kimi-K2.5", device="H200")
+    assert not any("allreduce-fusion" in a for a in sglang_command(auto, Config(Layout(8, 8, 1, 1), None, 16, None), 8))

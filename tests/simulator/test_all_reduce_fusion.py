@@ -21,6 +21,8 @@ LAYERS = 61  # Kimi-K2.5's and DeepSeek-V3's decoder layers
     ("0.5.7", DSV3, "H200", 1, True),         # sm_90 from 0.5.7
     ("0.5.7", DSV3, "H20", 1, False),         # H20 left out (a FlashInfer bug) until 0.5.13
     ("0.5.13", DSV3, "H20", 1, True),
+    ("0.5.6.post2", "Qwen3MoeForCausalLM", "B200", 1, False),  # Qwen3 MoE from 0.5.7
+    ("0.5.7", "Qwen3MoeForCausalLM", "H100", 1, True),
     ("0.5.8", "KimiK25ForConditionalGeneration", "H200", 1, False),  # Kimi-K2.5 from 0.5.9
     ("0.5.9", "KimiK25ForConditionalGeneration", "H200", 1, True),
     ("0.5.14", "LlamaForCausalLM", "H200", 1, False),
@@ -74,12 +76,35 @@ def test_no_fusion_outside_the_rules(user: UserInput) -> None:
     assert not any("all-reduce fusion" in n for n in result.notes)
 
 
-def test_on_overrides_the_version_but_not_the_layout() -> None:
+def test_on_overrides_the_version_but_not_the_layout_or_the_model_class() -> None:
     on = simulate(UserInput(**KIMI, decode=True, engine_version="0.5.6.post2", all_reduce_fusion="on"))
     assert _norms(on)[0] == 2
     dp = simulate(UserInput(model="deepseek-ai/DeepSeek-V3", device="H200", num_devices=8, dp_size=8, ep_size=8,
                             decode=True, all_reduce_fusion="on"))
     assert _norms(dp)[0] == 2 * LAYERS + 1
+    # sglang's Llama has no fused path at any version: its 80 layers keep their 161 norms
+    llama = simulate(UserInput(model="meta-llama/Llama-3.1-70B-Instruct", device="H100", num_devices=8, decode=True,
+                               all_reduce_fusion="on"))
+    assert _norms(llama)[0] == 2 * 80 + 1
+
+
+def test_two_batch_overlap_never_fuses() -> None:
+    """sglang runs two-batch overlap only with an MoE all-to-all backend, which turns fusion off."""
+    tbo = simulate(UserInput(**KIMI, num_queries=2, query_length=1500, two_batch_overlap=True))
+    assert _norms(tbo)[0] == 2 * LAYERS + 1 and not any("all-reduce fusion" in n for n in tbo.notes)
+
+
+def test_the_mtp_layer_keeps_its_input_norm_and_fuses_after_attention() -> None:
+    """sglang's NextN layer takes eh_proj's output without a residual: its input norm runs alone,
+    its attention all-reduce carries the post-attention norm, and its MLP all-reduce, the
+    module's last, runs before a separate final norm."""
+    user = dict(model="deepseek-ai/DeepSeek-R1", device="B200", num_devices=8, decode=True,
+                speculative_algorithm="MTP", speculative_num_steps=1, speculative_eagle_topk=1,
+                speculative_num_draft_tokens=2, accept_length=1.8)
+    fused, apart = simulate(UserInput(**user)), simulate(UserInput(**user, all_reduce_fusion="off"))
+    assert any("input_layernorm" in r.name and "decoder" in r.name for r in fused.ops)
+    assert not any("post_attention_layernorm" in r.name and "decoder" in r.name for r in fused.ops)
+    assert any("post_attention_layernorm" in r.name and "decoder" in r.name for r in apart.ops)
 
 
 def test_on_for_an_engine_without_it_is_a_flag_error(capsys) -> None:
@@ -90,12 +115,17 @@ def test_on_for_an_engine_without_it_is_a_flag_error(capsys) -> None:
     assert "--all-reduce-fusion" in err and "vllm" in err and "auto or off" in err
 
 
-@pytest.mark.parametrize(("mode", "flag"), [("on", "--enable-flashinfer-allreduce-fusion"),
-                                            ("off", "--enforce-disable-flashinfer-allreduce-fusion")])
-def test_plan_launch_commands_carry_the_mode(mode: str, flag: str) -> None:
-    from infercast.plan import Config, Layout, PlanRequest, sglang_command
+@pytest.mark.parametrize(("mode", "version", "flags", "noted"), [
+    ("on", None, ["--enable-flashinfer-allreduce-fusion"], False),
+    ("off", None, ["--enforce-disable-flashinfer-allreduce-fusion"], False),
+    ("off", "0.5.10", ["--enforce-disable-flashinfer-allreduce-fusion"], False),
+    ("off", "0.5.9", [], True),  # no flag turns it off before 0.5.10: a launch note says so
+    ("auto", None, [], False),
+])
+def test_plan_launch_commands_carry_the_mode(mode: str, version, flags, noted: bool) -> None:
+    from infercast.plan import Config, Layout, PlanRequest, launch_notes, sglang_command
 
-    request = PlanRequest(model="moonshotai/Kimi-K2.5", device="H200", all_reduce_fusion=mode)
-    assert flag in sglang_command(request, Config(Layout(8, 8, 1, 1), None, 16, None), 8)
-    auto = PlanRequest(model="moonshotai/Kimi-K2.5", device="H200")
-    assert not any("allreduce-fusion" in a for a in sglang_command(auto, Config(Layout(8, 8, 1, 1), None, 16, None), 8))
+    request = PlanRequest(model="moonshotai/Kimi-K2.5", device="H200", all_reduce_fusion=mode, engine_version=version)
+    config = Config(Layout(8, 8, 1, 1), None, 16, None)
+    assert [a for a in sglang_command(request, config, 8) if "allreduce-fusion" in a] == flags
+    assert any("all-reduce fusion off" in n for n in launch_notes(request, config)) is noted

@@ -70,8 +70,8 @@ class FusionEra:
     """The model classes (``config.architectures[0]``) the engine turns the fusion on for."""
     cuda_archs: frozenset[int]
     """Compute capabilities it runs on (90: Hopper, 100: Blackwell)."""
-    excluded_devices: frozenset[str] = frozenset()
-    """Devices the engine leaves out by name (a FlashInfer bug on H20)."""
+    excludes_h20: bool = False
+    """Whether it leaves H20 out (a FlashInfer bug; sglang matches "H20" but not "H200" in the name)."""
     multi_node_archs: frozenset[int] = frozenset()
     """Compute capabilities on which it also fuses across nodes (else one node only)."""
 
@@ -99,6 +99,11 @@ class AllReduceFusion:
         reached = [e for e in self.eras if v >= Version(e.since)]
         return reached[-1] if reached else None
 
+    @property
+    def architectures(self) -> frozenset[str]:
+        """Every model class some version fuses for: the ones whose engine code has the fused path."""
+        return frozenset().union(*(e.architectures for e in self.eras))
+
     def refusal(self, version: str | None, architecture: str, device: Any, nodes: int = 1) -> str | None:
         """Why ``version`` does not fuse for this model class on ``device`` (a
         :class:`~infercast.devices.DeviceSpec`) over ``nodes`` nodes; None when it does."""
@@ -110,37 +115,41 @@ class AllReduceFusion:
             return f"{named} does not fuse for {architecture or 'a config without architectures'}"
         if device.cuda_arch not in era.cuda_archs:
             return f"{named} fuses only on sm_{'/sm_'.join(map(str, sorted(era.cuda_archs)))}"
-        if device.name in era.excluded_devices:
+        if era.excludes_h20 and "H20" in device.name and "H200" not in device.name:
             return f"{named} leaves {device.name} out"
         if nodes > 1 and device.cuda_arch not in era.multi_node_archs:
             return f"{named} fuses within one node"
         return None
 
 
-_DSV3_GPTOSS = frozenset({"DeepseekV3ForCausalLM", "GptOssForCausalLM"})
-_SGLANG_057 = _DSV3_GPTOSS | {"Glm4MoeForCausalLM", "Qwen3MoeForCausalLM"}
-_SGLANG_059 = _SGLANG_057 | {"Glm4MoeLiteForCausalLM", "KimiK25ForConditionalGeneration"}
+_SGLANG_056 = frozenset({"DeepseekV3ForCausalLM", "MistralLarge3ForCausalLM", "PixtralForConditionalGeneration",
+                         "GptOssForCausalLM"})
+_SGLANG_057 = frozenset({"DeepseekV3ForCausalLM", "GptOssForCausalLM", "Glm4MoeForCausalLM", "Qwen3MoeForCausalLM"})
+_SGLANG_058 = _SGLANG_057 | {"Glm4MoeLiteForCausalLM"}
+_SGLANG_059 = _SGLANG_058 | {"KimiK25ForConditionalGeneration"}
 _SGLANG_0510 = _SGLANG_059 | {"Qwen3_5MoeForConditionalGeneration", "Qwen3_5ForConditionalGeneration"}
 _SGLANG_0511 = _SGLANG_0510 | {"DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "Qwen3NextForCausalLM"}
 _SGLANG_0512 = _SGLANG_0511 | {"InternS2PreviewForConditionalGeneration"}
 _SGLANG_0513 = _SGLANG_0512 | {"MistralLarge3ForCausalLM"}
 _SGLANG_0514 = _SGLANG_0513 | {"Qwen3VLMoeForConditionalGeneration", "NemotronHForCausalLM",
                                "NemotronHPuzzleForCausalLM"}
-_H20 = frozenset({"H20"})
+_HOPPER_BLACKWELL = frozenset({90, 100})
 SGLANG_ALL_REDUCE_FUSION = AllReduceFusion(
     eras=(
-        FusionEra("0", _DSV3_GPTOSS, frozenset({100})),  # read in 0.5.6.post2; earlier releases not checked
-        FusionEra("0.5.7", _SGLANG_057, frozenset({90, 100}), _H20),
-        FusionEra("0.5.9", _SGLANG_059, frozenset({90, 100}), _H20),
-        FusionEra("0.5.10", _SGLANG_0510, frozenset({90, 100}), _H20),
-        FusionEra("0.5.11", _SGLANG_0511, frozenset({90, 100}), _H20),
-        FusionEra("0.5.12", _SGLANG_0512, frozenset({90, 100}), _H20),
-        FusionEra("0.5.13", _SGLANG_0513, frozenset({90, 100})),
-        FusionEra("0.5.14", _SGLANG_0514, frozenset({90, 100}), multi_node_archs=frozenset({100})),
+        FusionEra("0", _SGLANG_056, frozenset({100})),  # read in 0.5.6.post2; earlier releases not checked
+        FusionEra("0.5.7", _SGLANG_057, _HOPPER_BLACKWELL, excludes_h20=True),
+        FusionEra("0.5.8", _SGLANG_058, _HOPPER_BLACKWELL, excludes_h20=True),
+        FusionEra("0.5.9", _SGLANG_059, _HOPPER_BLACKWELL, excludes_h20=True),
+        FusionEra("0.5.10", _SGLANG_0510, _HOPPER_BLACKWELL, excludes_h20=True),
+        FusionEra("0.5.11", _SGLANG_0511, _HOPPER_BLACKWELL, excludes_h20=True),
+        FusionEra("0.5.12", _SGLANG_0512, _HOPPER_BLACKWELL, excludes_h20=True),
+        FusionEra("0.5.13", _SGLANG_0513, _HOPPER_BLACKWELL),
+        FusionEra("0.5.14", _SGLANG_0514, _HOPPER_BLACKWELL, multi_node_archs=frozenset({100})),
     ),
     max_tokens=2048,
     source="sglang server_args.py turns enable_flashinfer_allreduce_fusion on by model class: 0.5.6.post2 for "
-    "DeepseekV3 (and GptOss) on sm100; from 0.5.7 on sm90 too, with Qwen3 MoE and GLM-4 MoE; KimiK25 from 0.5.9; "
+    "DeepseekV3 (and Mistral Large 3, Pixtral, GptOss) on sm100; from 0.5.7 on sm90 too, for DeepseekV3, GptOss, "
+    "Qwen3 MoE and GLM-4 MoE; KimiK25 from 0.5.9; two-batch overlap needs an all-to-all backend, so never with it; "
     "never with DP attention or an MoE all-to-all backend, one node only (sm100 also across nodes from 0.5.14), "
     "H20 left out from 0.5.7 to 0.5.12 (flashinfer issue 2204). communicator.py fuses the all-reduce after "
     "attention and after the MLP (not the last layer's) into the next RMSNorm for up to 2,048 tokens",

@@ -484,12 +484,15 @@ class SimDecoderLayer(SimModule):
         embedding, not a fused all-reduce."""
         return super().signature(), self.index == 0 and self.ctx.all_reduce_fusion_tokens > 0
 
-    def forward(self, h: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, h: torch.Tensor, residual: torch.Tensor, *,
+                first: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``first``: the input comes from no decoder layer's all-reduce (default: layer 0; an
+        MTP module's layer, after its projection, also)."""
         p, ctx = self.ctx.parallel, self.ctx
         # the engine folds each all-reduce into the residual add and RMSNorm after it: the MLP's
         # into the next layer's input norm (not the last layer's), attention's into the norm below
         fused = p.tp > 1 and 0 < ctx.tokens <= ctx.all_reduce_fusion_tokens
-        if not fused or self.index == 0:
+        if not fused or (self.index == 0 if first is None else first):
             h, residual = self.input_layernorm(h, residual)
         a = self.self_attn(h)
         scatter = self.is_moe and p.ep > 1 and p.tp > 1

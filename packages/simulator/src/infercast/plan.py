@@ -496,6 +496,30 @@ def sglang_prefill_graph_flags(mode: str, version: str | None) -> list[str]:
     return []
 
 
+SGLANG_FUSION_OFF_SINCE = "0.5.10"
+"""The first sglang with ``--enforce-disable-flashinfer-allreduce-fusion``; before it nothing
+turns the fusion off where the version turns it on."""
+
+
+def _before(version: str | None, since: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return version is not None and Version(version) < Version(since)
+    except InvalidVersion:
+        return False
+
+
+def sglang_fusion_flags(mode: str, version: str | None) -> list[str]:
+    """sglang's flag for ``--all-reduce-fusion on|off`` (none for auto, and none for off before
+    0.5.10, which has no such flag: :func:`launch_notes` says so)."""
+    if mode == "on":
+        return ["--enable-flashinfer-allreduce-fusion"]
+    if mode == "off" and not _before(version, SGLANG_FUSION_OFF_SINCE):
+        return ["--enforce-disable-flashinfer-allreduce-fusion"]
+    return []
+
+
 def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, spec: Any = None,
                    deepep_mode: str = "auto") -> list[str]:
     """``python -m sglang.launch_server ...`` for ``config`` (first node's command when multi-node).
@@ -518,8 +542,7 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
     cmd += ["--max-running-requests", str(config.batch)]
     cmd += sglang_prefill_graph_flags(request.prefill_cuda_graph,
                                       request.engine_version if request.engine == "sglang" else None)
-    cmd += {"on": ["--enable-flashinfer-allreduce-fusion"],
-            "off": ["--enforce-disable-flashinfer-allreduce-fusion"]}.get(request.all_reduce_fusion, [])
+    cmd += sglang_fusion_flags(request.all_reduce_fusion, request.engine_version if request.engine == "sglang" else None)
     if config.serving:  # continuous batching as planned: the chunk budget, decodes mixed into prompt steps
         cmd += ["--chunked-prefill-size", str(config.serving["chunked_prefill_size"])]
         cmd += ["--enable-mixed-chunk"] if config.serving["policy"] == "mixed" else []
@@ -559,6 +582,10 @@ def launch_notes(request: PlanRequest, config: Config) -> list[str]:
     """What the launch commands cannot say with a flag (a checkpoint to serve instead, a
     DeepEP mode the engine cannot switch per step)."""
     notes = [quantization_flags(engine, config.quantization)[1] for engine in ("sglang", "vllm", "trtllm")]
+    if (request.engine == "sglang" and request.all_reduce_fusion == "off"
+            and _before(request.engine_version, SGLANG_FUSION_OFF_SINCE)):
+        notes.append(f"sglang {request.engine_version} has no flag to turn the all-reduce fusion off (from "
+                     f"{SGLANG_FUSION_OFF_SINCE}: --enforce-disable-flashinfer-allreduce-fusion)")
     if config.layout.ep > 1 and config.layout.dp > 1:
         notes.append("vllm: --all2all-backend runs one DeepEP mode for every step (low-latency here); the plan "
                      "priced prompt steps with DeepEP's normal kernels, as sglang's --deepep-mode auto runs them")

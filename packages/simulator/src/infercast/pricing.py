@@ -95,10 +95,13 @@ def all_reduce_fusion(model: CostModel, built: BuiltModel, parallel: Any, *, mod
     if fusion is None:
         return 0, f"{engine.name}: not modelled"
     blockers = [why for why, hit in (("no tensor parallelism", parallel.tp <= 1), ("DP attention", parallel.dp > 1),
-                                     ("an MoE all-to-all backend (DeepEP)", parallel.ep > 1)) if hit]
+                                     ("an MoE all-to-all backend (DeepEP)", parallel.ep > 1),
+                                     ("two-batch overlap", parallel.two_batch_overlap)) if hit]
     if blockers:
         return 0, f"{engine.name} fuses no all-reduce with {blockers[0]}"
     if mode == "on":
+        if built.architecture not in fusion.architectures:
+            return 0, f"{engine.name} has no fused path for {built.architecture or 'a config without architectures'}"
         return fusion.max_tokens, "--all-reduce-fusion on"
     nodes = -(-parallel.num_devices // device.devices_per_node)
     refusal = fusion.refusal(model.engine_version, built.architecture, device, nodes)

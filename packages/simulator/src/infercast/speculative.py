@@ -108,7 +108,7 @@ class SimMTPLayer(SimModule):
 
     def forward(self, embeds: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         x = self.eh_proj(OPS.cat([self.enorm(embeds), self.hnorm(hidden)], -1))
-        h, residual = self.decoder(x, x.new_empty(x.shape))
+        h, residual = self.decoder(x, x.new_empty(x.shape), first=True)
         return OPS.add(h, residual)
 
 

@@ -6,10 +6,16 @@ from this script; run it to check them: .venv/bin/python benchmarks/derive_devic
 - GEMM efficiency by dtype: the median of achieved / peak over GEMMs with m, n, k >= 4096;
 - attention efficiency: the median of achieved / bf16 peak over causal prefill attention with
   head_dim 128, isl >= 4096 and batch x isl >= 16384 (flops = 2 x heads x pairs x 256);
-- memory efficiency and per-kernel fixed time: a least-squares line time = fixed + bytes /
-  (efficiency x HBM peak) through the bf16 GEMMs with m = 1 and at least 8 MiB of weights (pure
-  weight streams); the kernel floor is the shortest GEMM in the table (a kernel's minimum
-  duration under CUDA graphs);
+- memory efficiency: the slope of a least-squares line time = intercept + bytes / (efficiency x
+  HBM peak) through the bf16 GEMMs with m = 1 and at least 8 MiB of weights (pure weight
+  streams);
+- per-kernel fixed time: the median duration of the bf16 GEMMs with m = 1 and at most 256 KiB
+  of weights, kernels that move almost nothing (under 5% of their time at any of these
+  devices' bandwidths). Not the line's intercept: that extrapolates large streams to zero
+  bytes, and A100's GEMV reaches its bandwidth slowly (0.36 of peak at 10 MiB, 0.7 from
+  80 MiB), which puts the intercept at 9.9 us where its small kernels take 3.2;
+- the kernel floor is the shortest GEMM in the table (a kernel's minimum duration under CUDA
+  graphs);
 - link efficiency: custom all-reduce over 8 GPUs at the largest message, bus bandwidth
   2 (n - 1) / n x bytes / time over the NVLink peak; all-reduce floor: its smallest message.
 """
@@ -51,9 +57,11 @@ def main() -> int:
             print(f"  gemm {dtype}: median {statistics.median(effs):.3f} of peak over {len(effs)} shapes")
         grid = gemm.grid(("bf16",))
         streams = [(n * k * 2, us * 1e-6) for (m, n, k), us in grid.points() if m == 1 and n * k * 2 >= 2**23]
-        slope, fixed = fit_line(streams)
-        print(f"  memory: {1 / slope / device.hbm_bandwidth_bytes_per_s:.3f} of HBM peak, fixed {fixed * 1e6:.2f} us "
-              f"(line through {len(streams)} m=1 GEMMs)")
+        slope, intercept = fit_line(streams)
+        print(f"  memory: {1 / slope / device.hbm_bandwidth_bytes_per_s:.3f} of HBM peak (line through "
+              f"{len(streams)} m=1 GEMMs; intercept {intercept * 1e6:.2f} us)")
+        tiny = [us for (m, n, k), us in grid.points() if m == 1 and n * k * 2 <= 2**18]
+        print(f"  kernel fixed: {statistics.median(tiny):.2f} us (median of {len(tiny)} m=1 GEMMs of <= 256 KiB)")
         print(f"  kernel floor: {min(us for _, us in grid.points()):.2f} us (shortest bf16 GEMM)")
         attention = aic.load("context_attention", system, ENGINE, version)
         effs = []

@@ -167,3 +167,20 @@ def test_converted_tables_are_cached_and_a_bad_cache_file_is_rebuilt(tmp_path, m
     assert dict(rebuilt.grid(key).points()) == dict(first.grid(key).points())
     monkeypatch.setenv("INFERCAST_NO_CACHE", "1")
     assert aic._cache_path("mla_bmm", "h100_sxm", "sglang", version, {}, [(cached, "", None, (), False)]) is None
+
+
+def test_an_all_reduce_table_without_launch_modes_serves_eager_and_graph_steps() -> None:
+    """TensorRT-LLM's table times the kernel alone (no graph/eager split): an eager prefill's
+    all-reduce is looked up in it, not priced analytically."""
+    split = aic._custom_all_reduce({"kernel_source": ["x_graph", "x_eager"], "num_gpus": [8, 8],
+                                    "message_size": [1024, 1024], "latency": [0.004, 0.030]}, {})
+    assert split == [("graph", 8, 2048, 4.0), ("eager", 8, 2048, 30.0)]
+    single = aic._custom_all_reduce({"kernel_source": ["TRTLLM"], "num_gpus": [8], "message_size": [1024],
+                                     "latency": [0.01]}, {})
+    assert single == [("graph", 8, 2048, 10.0), ("eager", 8, 2048, 10.0)]
+    from infercast.simulate import UserInput, simulate
+
+    result = simulate(UserInput(model="meta-llama/Llama-3.1-70B-Instruct", device="H100", num_devices=8,
+                                query_length=2048, quantize_linear_action="FP8", engine="trtllm"))
+    rows = [r for r in result.ops if r.name.startswith("all_reduce (layers")]
+    assert rows and all(r.source == "measured" and "trtllm" in r.origin for r in rows)

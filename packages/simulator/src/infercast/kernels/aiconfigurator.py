@@ -182,11 +182,17 @@ def _wideep_moe(kernel: str) -> Converter:
 
 
 def _custom_all_reduce(c: dict[str, list], opts: dict[str, Any]) -> list[tuple]:
+    """Rows by launch mode. A table that does not tell CUDA-graph from eager launches apart
+    (TensorRT-LLM's; sglang 0.5.6.post2's, whose kernel_source is TRTLLM) times the kernel
+    alone, so it stands for both modes; the eager launch itself is priced by the engine."""
     backends = c.get("backend") or [""] * len(c["latency"])
+    modes = ["eager" if str(src).endswith("_eager") or str(backend or "").endswith("_eager") else
+             "graph" if str(src).endswith("_graph") or str(backend or "").endswith("_graph") else None
+             for src, backend in zip(c["kernel_source"], backends)]
     rows = []
-    for src, backend, n, size, lat in zip(c["kernel_source"], backends, c["num_gpus"], c["message_size"], c["latency"]):
-        eager = str(src).endswith("_eager") or str(backend or "").endswith("_eager")
-        rows.append(("eager" if eager else "graph", n, size * 2, lat * 1e3))  # bf16 elements -> bytes
+    for mode, n, size, lat in zip(modes, c["num_gpus"], c["message_size"], c["latency"]):
+        for m in (mode,) if mode else ("graph", "eager"):
+            rows.append((m, n, size * 2, lat * 1e3))  # bf16 elements -> bytes
     return rows
 
 
@@ -326,7 +332,7 @@ def load(kind_name: str, system: str, engine: str, version: str, options: dict[s
     return table
 
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 """Bump when the conversion changes, so old cached tables are not read."""
 
 

@@ -133,16 +133,19 @@ def fusion_in(version: str, model: str, device: str, tp: int) -> str:
 
 
 def sglang_c1(model: str, device: str, tp: int, ran: str, *, prompt: int | None = None, context: int | None = None,
-              prefill_graph: str = "auto") -> Callable[[], float]:
+              prefill_graph: str | None = None) -> Callable[[], float]:
     """One request at a time through sglang ``ran`` (the version that measured): the client TTFT
-    of a ``prompt``-token request, or the TPOT of a decode step at ``context``. The cookbook ran
-    sglang 0.5.6.x, which launches prefill eagerly (piecewise CUDA graphs are the default from
-    0.5.10): its points set ``prefill_graph="off"`` and keep the newest tables, which cover the
-    most kernels."""
+    of a ``prompt``-token request, or the TPOT of a decode step at ``context``. The points keep
+    the newest tables, which cover the most kernels, and the prefill CUDA graphs ``ran`` has by
+    default (piecewise graphs from 0.5.10; the cookbook's 0.5.6.x launches prefill eagerly)
+    unless ``prefill_graph`` says what the run turned on."""
     if prompt is None:
         return sglang_decode(model, device, tp, 1, context, ran)
+    from infercast.engines import engine_named
+
+    default = "auto" if engine_named("sglang").prefill_graphs.applies(ran) else "off"
     return simulated("ttft_ms", model=model, device=device, num_devices=tp, tp_size=tp, num_queries=1,
-                     prefill_cuda_graph=prefill_graph, query_length=prompt,
+                     prefill_cuda_graph=prefill_graph or default, query_length=prompt,
                      all_reduce_fusion=fusion_in(ran, model, device, tp))
 
 
@@ -203,38 +206,29 @@ def points(root: Path) -> list[Published]:
                   simulated("ttft_ms", model=llama70, device="H100", num_devices=2, tp_size=2, num_queries=1,
                             query_length=500, quantize_linear_action="FP8", engine="trtllm")),
         Published("C1", "DeepSeek-R1 FP8, 8 x B200 TP8, 610 tokens", 153.00, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, "0.5.6.post1", prompt=610,
-                            prefill_graph="off")),
+                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, "0.5.6.post1", prompt=610)),
         Published("C2", "DeepSeek-R1 FP8, 8 x B200 TP8, 4,194 tokens", 165.91, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, "0.5.6.post1", prompt=4194,
-                            prefill_graph="off")),
+                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, "0.5.6.post1", prompt=4194)),
         Published("C3", "DeepSeek-R1 FP8, 8 x B200 TP8, context 821", 9.16, "decode", "client TPOT, mean",
-                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, "0.5.6.post1", context=610 + 211,
-                            prefill_graph="off")),
+                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, "0.5.6.post1", context=610 + 211)),
         Published("C4", "DeepSeek-R1 FP8, 8 x B200 TP8, context 2,833", 9.21, "decode", "client TPOT, mean",
-                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, "0.5.6.post1", context=610 + 2223,
-                            prefill_graph="off")),
+                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, "0.5.6.post1", context=610 + 2223)),
         Published("C5", "Qwen3-235B-A22B bf16, 8 x B200 TP8, 610 tokens", 99.03, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, "0.5.6", prompt=610,
-                            prefill_graph="off")),
+                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, "0.5.6", prompt=610)),
         Published("C6", "Qwen3-235B-A22B bf16, 8 x B200 TP8, 4,194 tokens", 139.90, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, "0.5.6", prompt=4194,
-                            prefill_graph="off")),
+                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, "0.5.6", prompt=4194)),
         Published("C7", "Qwen3-235B-A22B bf16, 8 x B200 TP8, context 821", 10.12, "decode", "client TPOT, mean",
-                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, "0.5.6", context=610 + 211,
-                            prefill_graph="off")),
+                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, "0.5.6", context=610 + 211)),
         Published("C8", "Llama-3.1-70B bf16, 8 x A100 TP8, 610 tokens", 131.61, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1(llama70, "A100", 8, "0.5.6", prompt=610,
-                            prefill_graph="off")),
+                  COOKBOOK, sglang_c1(llama70, "A100", 8, "0.5.6", prompt=610)),
         Published("C9", "Llama-3.1-70B bf16, 8 x A100 TP8, 4,194 tokens", 395.25, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1(llama70, "A100", 8, "0.5.6", prompt=4194,
-                            prefill_graph="off")),
+                  COOKBOOK, sglang_c1(llama70, "A100", 8, "0.5.6", prompt=4194)),
         Published("C10", "Llama-3.1-70B bf16, 8 x A100 TP8, context 821", 18.63, "decode", "client TPOT, mean",
-                  COOKBOOK, sglang_c1(llama70, "A100", 8, "0.5.6", context=610 + 211,
-                            prefill_graph="off")),
+                  COOKBOOK, sglang_c1(llama70, "A100", 8, "0.5.6", context=610 + 211)),
         Published("K1", "Kimi-K2-Instruct FP8, 8 x H200 TP8, 1,024 tokens", 95.154, "prefill",
                   "client TTFT, mean; prefill in piecewise CUDA graphs (on in the run, sglang's default from "
-                  "0.5.10)", SGLANG_PR, sglang_c1(kimi_k2, "H200", 8, SGLANG_PR_VERSION, prompt=1024)),
+                  "0.5.10)", SGLANG_PR,
+                  sglang_c1(kimi_k2, "H200", 8, SGLANG_PR_VERSION, prompt=1024, prefill_graph="on")),
         Published("K2", "Kimi-K2-Instruct FP8, 8 x H200 TP8, context 1,032", 11.376, "decode", "client TPOT, mean",
                   SGLANG_PR, sglang_c1(kimi_k2, "H200", 8, SGLANG_PR_VERSION, context=1024 + 8)),
         Published("H1", "DeepSeek-V3 FP8, 8 x H20 TP8, 8 requests, context 649", 19.73, "decode",

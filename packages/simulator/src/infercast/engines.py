@@ -34,6 +34,17 @@ eagerly between the captured pieces (sglang's and vLLM's split op wraps the atte
 forward, which stores the new keys and values)."""
 
 
+def reaches(version: str | None, since: str) -> bool:
+    """Whether engine ``version`` is ``since`` or newer; an unknown (None) or unparsable version
+    is taken as the newest, as the default tables are."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return version is None or Version(version) >= Version(since)
+    except InvalidVersion:
+        return True
+
+
 @dataclass(frozen=True)
 class PrefillGraphs:
     """Prefill replayed from piecewise CUDA graphs: every operator but attention is captured, so
@@ -51,14 +62,7 @@ class PrefillGraphs:
     def applies(self, version: str | None) -> bool:
         """Whether ``version`` captures prefill by default (an unknown version is taken as the
         newest, as the default tables are)."""
-        if self.since is None or version is None:
-            return True
-        from packaging.version import InvalidVersion, Version
-
-        try:
-            return Version(version) >= Version(self.since)
-        except InvalidVersion:
-            return True
+        return self.since is None or reaches(version, self.since)
 
 
 @dataclass(frozen=True)
@@ -88,15 +92,7 @@ class AllReduceFusion:
     source: str
 
     def era(self, version: str | None) -> FusionEra | None:
-        if version is None:
-            return self.eras[-1]
-        from packaging.version import InvalidVersion, Version
-
-        try:
-            v = Version(version)
-        except InvalidVersion:
-            return self.eras[-1]
-        reached = [e for e in self.eras if v >= Version(e.since)]
+        reached = [e for e in self.eras if reaches(version, e.since)]
         return reached[-1] if reached else None
 
     @property

@@ -24,6 +24,7 @@ from infercast_adapters.config import load_config
 
 from infercast.build import BuiltModel, build
 from infercast.devices import GIB, DeviceSpec
+from infercast.engines import reaches
 from infercast.layers import KV_DTYPES, SimContext
 from infercast.memory import MEMORY_FRACTION
 from infercast.parallel import Parallel, Workload, validate_layout
@@ -501,21 +502,12 @@ SGLANG_FUSION_OFF_SINCE = "0.5.10"
 turns the fusion off where the version turns it on."""
 
 
-def _before(version: str | None, since: str) -> bool:
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return version is not None and Version(version) < Version(since)
-    except InvalidVersion:
-        return False
-
-
 def sglang_fusion_flags(mode: str, version: str | None) -> list[str]:
     """sglang's flag for ``--all-reduce-fusion on|off`` (none for auto, and none for off before
     0.5.10, which has no such flag: :func:`launch_notes` says so)."""
     if mode == "on":
         return ["--enable-flashinfer-allreduce-fusion"]
-    if mode == "off" and not _before(version, SGLANG_FUSION_OFF_SINCE):
+    if mode == "off" and reaches(version, SGLANG_FUSION_OFF_SINCE):
         return ["--enforce-disable-flashinfer-allreduce-fusion"]
     return []
 
@@ -583,7 +575,7 @@ def launch_notes(request: PlanRequest, config: Config) -> list[str]:
     DeepEP mode the engine cannot switch per step)."""
     notes = [quantization_flags(engine, config.quantization)[1] for engine in ("sglang", "vllm", "trtllm")]
     if (request.engine == "sglang" and request.all_reduce_fusion == "off"
-            and _before(request.engine_version, SGLANG_FUSION_OFF_SINCE)):
+            and not reaches(request.engine_version, SGLANG_FUSION_OFF_SINCE)):
         notes.append(f"sglang {request.engine_version} has no flag to turn the all-reduce fusion off (from "
                      f"{SGLANG_FUSION_OFF_SINCE}: --enforce-disable-flashinfer-allreduce-fusion)")
     if config.layout.ep > 1 and config.layout.dp > 1:

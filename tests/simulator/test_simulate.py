@@ -113,6 +113,17 @@ def test_layout_that_does_not_fit_is_reported_not_raised() -> None:
     assert any("does not fit" in note for note in result.notes)
 
 
+def test_capacity_is_what_the_driver_reports_so_a_run_that_fit_fits() -> None:
+    # sglang PR 13466 served Kimi-K2 with FP8 weights on 8 x H200 (TP8): ~1T parameters at one
+    # byte, 121 GiB a GPU. Against 141e9 bytes (the data sheet's "141 GB") it could not fit; the
+    # card reports 143,771 MiB, of which the 90% pool holds it.
+    result = sim(device="H200", num_devices=8, tp_size=8, query_length=1024, quantize_linear_action="FP8")
+    weights = result.memory_gib["weights"]
+    assert 0.9 * 141e9 / 2**30 < weights < result.memory_gib["capacity"]
+    assert result.memory_gib["capacity"] == pytest.approx(0.9 * 143771 / 1024)
+    assert result.feasible
+
+
 def test_quantization_defaults_follow_the_checkpoint(kimi_default) -> None:
     assert "W4A16" in kimi_default.quantization and "BF16" in kimi_default.quantization
     assert "fp8" in sim(model="deepseek-v3", num_hidden_layers_override=4).quantization

@@ -14,6 +14,7 @@ from infercast_adapters import InfercastError
 
 GB = 1e9
 GIB = 2**30
+MIB = 2**20
 TB = 1e12
 TIB = 2**40
 T = 1e12
@@ -107,6 +108,9 @@ class DeviceSpec:
     peak_flops_per_s: Mapping[str, float]
     """Dense tensor peaks by compute dtype: ``bf16``, ``fp16``, ``fp8``, ``int8``, ``fp4``."""
     memory_bytes: float
+    """What the driver reports as the device's total memory (``nvidia-smi`` memory.total,
+    ``torch.cuda.mem_get_info``), which engines size their pools from. Data sheets round it:
+    an "80 GB" H100 has 81,559 MiB (85.5e9 bytes), a "192 GB" MI300X 192 GiB."""
     hbm_bandwidth_bytes_per_s: float
     scale_up_bandwidth_bytes_per_s: float
     """Per device, one direction, inside the scale-up domain (NVLink, Infinity Fabric, HCCS)."""
@@ -172,66 +176,68 @@ class DeviceSpec:
 NVIDIA_SPEC = "NVIDIA data sheet (dense tensor-core peaks), via shared/reference/devices.md"
 IB_400G = 400e9 / 8  # 400 Gb/s per GPU, the typical scale-out NIC
 CUDA_GPUS = "NVIDIA's CUDA GPU compute capability list (developer.nvidia.com/cuda-gpus)"
+NVIDIA_SMI = "memory.total in nvidia-smi's listing (MiB), as public logs of the card print it"
 
 BUILTIN_DEVICES: tuple[DeviceSpec, ...] = (
     DeviceSpec(
         name="A100", aliases=("A100-SXM-80GB",),
         peak_flops_per_s={"bf16": 312 * T, "fp16": 312 * T, "int8": 624 * T},
-        memory_bytes=80 * GB, hbm_bandwidth_bytes_per_s=2.04 * TB,
+        memory_bytes=81920 * MIB, hbm_bandwidth_bytes_per_s=2.04 * TB,
         scale_up_bandwidth_bytes_per_s=300 * GB, scale_up_latency_s=3e-6,
         scale_out_bandwidth_bytes_per_s=200e9 / 8, scale_out_latency_s=10e-6,
         kernel_tables='a100_sxm', sm_count=108, cuda_arch=80, devices_per_node=8, efficiency=AMPERE_A100,
-        sources={"compute capability": CUDA_GPUS, "peaks, memory, NVLink3": NVIDIA_SPEC,
+        sources={"compute capability": CUDA_GPUS, "peaks, NVLink3": NVIDIA_SPEC, "memory": NVIDIA_SMI,
                  "scale-out": "200 Gb/s HDR per GPU, typical DGX A100"},
     ),
     DeviceSpec(
         name="H100", aliases=("H100-SXM", "H100-80GB"),
         peak_flops_per_s={"bf16": 989 * T, "fp16": 989 * T, "fp8": 1979 * T, "int8": 1979 * T},
-        memory_bytes=80 * GB, hbm_bandwidth_bytes_per_s=3.35 * TB,
+        memory_bytes=81559 * MIB, hbm_bandwidth_bytes_per_s=3.35 * TB,
         scale_up_bandwidth_bytes_per_s=450 * GB, scale_up_latency_s=3e-6,
         scale_out_bandwidth_bytes_per_s=IB_400G, scale_out_latency_s=10e-6,
         kernel_tables='h100_sxm', sm_count=132, cuda_arch=90, devices_per_node=8, efficiency=HOPPER_H100,
-        sources={"compute capability": CUDA_GPUS, "peaks, memory, NVLink4": NVIDIA_SPEC,
+        sources={"compute capability": CUDA_GPUS, "peaks, NVLink4": NVIDIA_SPEC, "memory": NVIDIA_SMI,
                  "scale-out": "400 Gb/s per GPU typical"},
     ),
     DeviceSpec(
         name="H200", aliases=("H200-SXM", "H200-141GB"),
         peak_flops_per_s={"bf16": 989 * T, "fp16": 989 * T, "fp8": 1979 * T, "int8": 1979 * T},
-        memory_bytes=141 * GB, hbm_bandwidth_bytes_per_s=4.8 * TB,
+        memory_bytes=143771 * MIB, hbm_bandwidth_bytes_per_s=4.8 * TB,
         scale_up_bandwidth_bytes_per_s=450 * GB, scale_up_latency_s=3e-6,
         scale_out_bandwidth_bytes_per_s=IB_400G, scale_out_latency_s=10e-6,
         kernel_tables='h200_sxm', sm_count=132, cuda_arch=90, devices_per_node=8, efficiency=HOPPER_H200,
-        sources={"compute capability": CUDA_GPUS, "peaks, memory, NVLink4": NVIDIA_SPEC,
+        sources={"compute capability": CUDA_GPUS, "peaks, NVLink4": NVIDIA_SPEC, "memory": NVIDIA_SMI,
                  "scale-out": "400 Gb/s per GPU typical"},
     ),
     DeviceSpec(
         name="H20", aliases=("H20-96G",),
         peak_flops_per_s={"bf16": 148 * T, "fp16": 148 * T, "fp8": 296 * T, "int8": 296 * T},
-        memory_bytes=96 * GB, hbm_bandwidth_bytes_per_s=4.0 * TB,
+        memory_bytes=97871 * MIB, hbm_bandwidth_bytes_per_s=4.0 * TB,
         scale_up_bandwidth_bytes_per_s=450 * GB, scale_up_latency_s=3e-6,
         scale_out_bandwidth_bytes_per_s=IB_400G, scale_out_latency_s=10e-6,
         sm_count=78, cuda_arch=90, devices_per_node=8, efficiency=H20_CAPPED,
-        sources={"compute capability": CUDA_GPUS, "peaks, memory, NVLink": NVIDIA_SPEC,
+        sources={"compute capability": CUDA_GPUS, "peaks, NVLink": NVIDIA_SPEC, "memory": NVIDIA_SMI,
                  "scale-out": "400 Gb/s per GPU typical"},
     ),
     DeviceSpec(
         name="B200",
         peak_flops_per_s={"bf16": 2250 * T, "fp16": 2250 * T, "fp8": 4500 * T, "int8": 4500 * T, "fp4": 9000 * T},
-        memory_bytes=180 * GB, hbm_bandwidth_bytes_per_s=8 * TB,
+        memory_bytes=183359 * MIB, hbm_bandwidth_bytes_per_s=8 * TB,
         scale_up_bandwidth_bytes_per_s=900 * GB, scale_up_latency_s=3e-6,
         scale_out_bandwidth_bytes_per_s=IB_400G, scale_out_latency_s=10e-6,
         kernel_tables='b200_sxm', sm_count=148, cuda_arch=100, devices_per_node=8, efficiency=BLACKWELL_B200,
-        sources={"compute capability": CUDA_GPUS, "peaks, memory, NVLink5": NVIDIA_SPEC,
+        sources={"compute capability": CUDA_GPUS, "peaks, NVLink5": NVIDIA_SPEC, "memory": NVIDIA_SMI,
                  "scale-out": "400 Gb/s per GPU typical"},
     ),
     DeviceSpec(
         name="MI300X", sm_count=304,
         peak_flops_per_s={"bf16": 1307 * T, "fp16": 1307 * T, "fp8": 2615 * T, "int8": 2615 * T},
-        memory_bytes=192 * GB, hbm_bandwidth_bytes_per_s=5.3 * TB,
+        memory_bytes=205_822_885_888, hbm_bandwidth_bytes_per_s=5.3 * TB,
         scale_up_bandwidth_bytes_per_s=448 * GB, scale_up_latency_s=3e-6,
         scale_out_bandwidth_bytes_per_s=IB_400G, scale_out_latency_s=10e-6,
         devices_per_node=8, efficiency=MI300X_MEASURED,
-        sources={"peaks, memory, Infinity Fabric (aggregate)": "AMD data sheet, via shared/reference/devices.md"},
+        sources={"peaks, Infinity Fabric (aggregate)": "AMD data sheet, via shared/reference/devices.md",
+                 "memory": "VRAM Total Memory in rocm-smi --showmeminfo vram (bytes), as public logs print it"},
     ),
     DeviceSpec(
         name="ATLAS_800_A3_560T_128G_DIE",

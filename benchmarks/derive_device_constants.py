@@ -14,6 +14,9 @@ from this script; run it to check them: .venv/bin/python benchmarks/derive_devic
   devices' bandwidths). Not the line's intercept: that extrapolates large streams to zero
   bytes, and A100's GEMV reaches its bandwidth slowly (0.36 of peak at 10 MiB, 0.7 from
   80 MiB), which puts the intercept at 9.9 us where its small kernels take 3.2;
+- attention fixed time: the median duration of one request's decode attention over at most 512
+  tokens (bf16 cache, every head layout in the table), attention kernels that move almost
+  nothing; they take 10-15 us where a small GEMM takes 2-3;
 - the kernel floor is the shortest GEMM in the table (a kernel's minimum duration under CUDA
   graphs);
 - link efficiency: custom all-reduce over 8 GPUs at the largest message, bus bandwidth
@@ -75,6 +78,12 @@ def main() -> int:
                     effs.append(flops / (us * 1e-6) / device.peak("bf16"))
         if effs:
             print(f"  attention: median {statistics.median(effs):.3f} of bf16 peak over {len(effs)} points")
+        decode = aic.load("generation_attention", system, ENGINE, version)
+        short = [us for key in decode.keys() if key[0] == "bf16"
+                 for (heads, batch, context), us in decode.grid(key).points() if batch == 1 and context <= 512]
+        if short:
+            print(f"  attention fixed: {statistics.median(short):.2f} us (median of {len(short)} one-request decode "
+                  f"attentions over <= 512 tokens)")
         ar = aic.load("all_reduce", system, ENGINE, version)
         grid = ar.grid(("graph", 8))
         if grid is not None:

@@ -14,7 +14,9 @@ A kernel's time is
   split a partial last wave over all SMs (CUTLASS stream-K, cuBLAS split-K), so only a GEMM
   with fewer MAC-loop iterations than SMs can keep busy (too few tiles x k / 128 steps) loses
   SMs; the measured efficiency, a median over large shapes, already carries the rest;
-- ``kernel_fixed`` is the per-kernel launch ramp and tail measured for the device.
+- ``kernel_fixed`` is the per-kernel launch ramp and tail measured for the device; an attention
+  kernel's is its own, larger figure (``attention_fixed``: split-KV passes, their merge, the
+  softmax pipeline's ramp), what the device's shortest measured decode attentions take.
 
 The kernel is ``latency`` bound when its fixed time exceeds the roofline, else ``compute``
 or ``memory`` bound. Collectives: :func:`collective_time`; EP all-to-all:
@@ -78,7 +80,8 @@ def kernel_time(cost: OpCost, device: DeviceSpec) -> Timed:
     compute = compute_seconds(cost, device)
     memory = cost.bytes / (device.hbm_bandwidth_bytes_per_s * device.efficiency.memory)
     roof = max(compute, memory)
-    fixed = device.efficiency.kernel_fixed_s * cost.kernels
+    each = device.efficiency.attention_fixed_s if cost.kind == "attention" else device.efficiency.kernel_fixed_s
+    fixed = each * cost.kernels
     bound = "latency" if fixed > roof else ("compute" if compute >= memory else "memory")
     return Timed(roof + fixed, bound)
 

@@ -27,7 +27,8 @@ class Efficiency:
     For devices with aiconfigurator-core tables the figures are derived from those tables by
     ``benchmarks/derive_device_constants.py`` (medians over large shapes; a least-squares line
     through pure weight streams for memory; the median of the smallest GEMMs, which move almost
-    nothing, for the fixed time); ``source`` says where each came from.
+    nothing, for the fixed time, and of one-request decode attention over at most 512 tokens for
+    an attention kernel's); ``source`` says where each came from.
     """
 
     gemm: Mapping[str, float]
@@ -40,6 +41,10 @@ class Efficiency:
     kernel_fixed_s: float
     """Time a kernel costs on top of its roofline time (launch ramp-up and tail): what a kernel
     that moves almost nothing takes under a CUDA graph."""
+    attention_fixed_s: float
+    """The same for an attention kernel, which pays more before its roofline starts (split-KV
+    passes and their merge, the softmax pipeline's ramp): what one request's decode attention
+    over a short context takes."""
     link: float
     """Achieved bus bandwidth / peak scale-up link bandwidth of large all-reduces."""
     scale_out: float
@@ -56,24 +61,24 @@ AIC = "aiconfigurator-core 0.12.0 tables ({system}, sglang {version}), derived b
 
 HOPPER_H100 = Efficiency(
     gemm={"bf16": 0.724, "fp8": 0.514, "fp8_block": 0.619, "int8": 0.514}, attention=0.575, memory=0.858,
-    kernel_fixed_s=3.01e-6, link=1.04, scale_out=0.8, collective_floor_s=4.82e-6,
+    kernel_fixed_s=3.01e-6, attention_fixed_s=11.00e-6, link=1.04, scale_out=0.8, collective_floor_s=4.82e-6,
     source=AIC.format(system="h100_sxm", version="0.5.14") + "; int8 assumed at the fp8 rate (same tensor-core "
     "peak on sm_90, no int8 table); link above 1: NVLink SHARP reduces in the switch",
 )
 HOPPER_H200 = Efficiency(
     gemm={"bf16": 0.693, "fp8": 0.560, "fp8_block": 0.606, "int8": 0.560}, attention=0.559, memory=0.845,
-    kernel_fixed_s=3.02e-6, link=1.038, scale_out=0.8, collective_floor_s=3.47e-6,
+    kernel_fixed_s=3.02e-6, attention_fixed_s=10.90e-6, link=1.038, scale_out=0.8, collective_floor_s=3.47e-6,
     source=AIC.format(system="h200_sxm", version="0.5.14") + "; int8 assumed at the fp8 rate (same tensor-core "
     "peak on sm_90, no int8 table); link above 1: NVLink SHARP reduces in the switch",
 )
 AMPERE_A100 = Efficiency(
-    gemm={"bf16": 0.794}, attention=0.638, memory=0.798, kernel_fixed_s=3.23e-6, link=0.758,
+    gemm={"bf16": 0.794}, attention=0.638, memory=0.798, kernel_fixed_s=3.23e-6, attention_fixed_s=14.40e-6, link=0.758,
     scale_out=0.8, collective_floor_s=5.79e-6,
     source=AIC.format(system="a100_sxm", version="0.5.10") + "; int8 has no table and uses the bf16 figure",
 )
 BLACKWELL_B200 = Efficiency(
     gemm={"bf16": 0.651, "fp8": 0.476, "fp8_block": 0.570}, attention=0.513, memory=0.785, kernel_fixed_s=2.18e-6,
-    link=0.802, scale_out=0.8, collective_floor_s=7.00e-6,
+    attention_fixed_s=10.48e-6, link=0.802, scale_out=0.8, collective_floor_s=7.00e-6,
     source=AIC.format(system="b200_sxm", version="0.5.14") + "; fp4 has no table and uses the bf16 figure",
 )
 MI300X_MEASURED = replace(
@@ -165,6 +170,7 @@ class DeviceSpec:
                 "attention": self.efficiency.attention,
                 "memory": self.efficiency.memory,
                 "kernel_fixed_us": self.efficiency.kernel_fixed_s * 1e6,
+                "attention_fixed_us": self.efficiency.attention_fixed_s * 1e6,
                 "link": self.efficiency.link,
                 "collective_floor_us": self.efficiency.collective_floor_s * 1e6,
                 "source": self.efficiency.source,

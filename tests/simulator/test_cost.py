@@ -227,3 +227,14 @@ def test_analytic_decode_attention_pays_what_the_tables_small_attentions_take(de
     assert len(ratios) > 100
     assert 0.8 < sorted(ratios)[len(ratios) // 2] < 1.25
     assert sum(0.7 < r < 1.6 for r in ratios) / len(ratios) > 0.95
+
+
+def test_a_device_without_an_attention_figure_prices_attention_with_its_kernel_fixed_time() -> None:
+    """A plugin's Efficiency written before attention_fixed_s existed still builds and prices."""
+    from dataclasses import replace
+
+    older = replace(H100, efficiency=replace(H100.efficiency, attention_fixed_s=None))
+    cost = OpCost(flops=0.0, compute_dtype="bf16", bytes=0.0, kind="attention")
+    assert analytic.kernel_time(cost, older).seconds == pytest.approx(H100.efficiency.kernel_fixed_s)
+    assert analytic.kernel_time(cost, H100).seconds == pytest.approx(H100.efficiency.attention_fixed_s)
+    assert H100.efficiency.attention_fixed_s > 3 * H100.efficiency.kernel_fixed_s

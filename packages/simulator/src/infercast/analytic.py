@@ -80,8 +80,7 @@ def kernel_time(cost: OpCost, device: DeviceSpec) -> Timed:
     compute = compute_seconds(cost, device)
     memory = cost.bytes / (device.hbm_bandwidth_bytes_per_s * device.efficiency.memory)
     roof = max(compute, memory)
-    each = device.efficiency.attention_fixed_s if cost.kind == "attention" else device.efficiency.kernel_fixed_s
-    fixed = each * cost.kernels
+    fixed = device.efficiency.fixed_s(cost.kind) * cost.kernels
     bound = "latency" if fixed > roof else ("compute" if compute >= memory else "memory")
     return Timed(roof + fixed, bound)
 

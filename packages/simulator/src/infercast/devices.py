@@ -41,10 +41,6 @@ class Efficiency:
     kernel_fixed_s: float
     """Time a kernel costs on top of its roofline time (launch ramp-up and tail): what a kernel
     that moves almost nothing takes under a CUDA graph."""
-    attention_fixed_s: float
-    """The same for an attention kernel, which pays more before its roofline starts (split-KV
-    passes and their merge, the softmax pipeline's ramp): what one request's decode attention
-    over a short context takes."""
     link: float
     """Achieved bus bandwidth / peak scale-up link bandwidth of large all-reduces."""
     scale_out: float
@@ -52,9 +48,19 @@ class Efficiency:
     collective_floor_s: float
     """The smallest all-reduce inside the scale-up domain."""
     source: str
+    attention_fixed_s: float | None = None
+    """``kernel_fixed_s`` for an attention kernel, which pays more before its roofline starts
+    (split-KV passes and their merge, the softmax pipeline's ramp): what one request's decode
+    attention over a short context takes. None: ``kernel_fixed_s``."""
 
     def gemm_efficiency(self, kernel_dtype: str, compute_dtype: str) -> float:
         return self.gemm.get(kernel_dtype) or self.gemm.get(compute_dtype) or self.gemm["bf16"]
+
+    def fixed_s(self, kind: str) -> float:
+        """The fixed time of one kernel of ``kind`` (an OpCost kind)."""
+        if kind == "attention" and self.attention_fixed_s is not None:
+            return self.attention_fixed_s
+        return self.kernel_fixed_s
 
 
 AIC = "aiconfigurator-core 0.12.0 tables ({system}, sglang {version}), derived by benchmarks/derive_device_constants.py"
@@ -170,7 +176,7 @@ class DeviceSpec:
                 "attention": self.efficiency.attention,
                 "memory": self.efficiency.memory,
                 "kernel_fixed_us": self.efficiency.kernel_fixed_s * 1e6,
-                "attention_fixed_us": self.efficiency.attention_fixed_s * 1e6,
+                "attention_fixed_us": self.efficiency.fixed_s("attention") * 1e6,
                 "link": self.efficiency.link,
                 "collective_floor_us": self.efficiency.collective_floor_s * 1e6,
                 "source": self.efficiency.source,

@@ -115,8 +115,9 @@ def test_layout_that_does_not_fit_is_reported_not_raised() -> None:
 
 def test_capacity_is_what_the_driver_reports_so_a_run_that_fit_fits() -> None:
     # sglang PR 13466 served Kimi-K2 with FP8 weights on 8 x H200 (TP8): ~1T parameters at one
-    # byte, 121 GiB a GPU. Against 141e9 bytes (the data sheet's "141 GB") it could not fit; the
-    # card reports 143,771 MiB, of which the 90% pool holds it.
+    # byte, 121 GiB a GPU. Kimi-K2.5 with every linear layer in FP8 is that text model plus its
+    # vision tower, the same 121 GiB. Against 141e9 bytes (the data sheet's "141 GB") it could not
+    # fit; the card reports 143,771 MiB, of which the 90% pool holds it.
     result = sim(device="H200", num_devices=8, tp_size=8, query_length=1024, quantize_linear_action="FP8")
     weights = result.memory_gib["weights"]
     assert 0.9 * 141e9 / 2**30 < weights < result.memory_gib["capacity"]

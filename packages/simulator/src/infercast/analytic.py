@@ -3,7 +3,7 @@
 A kernel's time is
 
     max(flops x pad / (peak(dtype) x efficiency x wave_use), bytes / (HBM x memory efficiency))
-      + kernel_fixed x kernels
+      + kernel_fixed x kernels   (attention_fixed for an attention kernel)
 
 - ``efficiency`` depends on the kind of kernel: GEMMs by their kernel dtype (an FP8 GEMM
   reaches a lower share of its peak than a bf16 one), flash attention its own figure;

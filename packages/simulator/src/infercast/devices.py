@@ -121,7 +121,7 @@ class DeviceSpec:
     memory_bytes: float
     """What the driver reports as the device's total memory (``nvidia-smi`` memory.total,
     ``torch.cuda.mem_get_info``), which engines size their pools from. Data sheets round it:
-    an "80 GB" H100 has 81,559 MiB (85.5e9 bytes), a "192 GB" MI300X 192 GiB."""
+    an "80 GB" H100 has 81,559 MiB (85.5e9 bytes), a "192 GB" MI300X 205.8e9 bytes (191.7 GiB)."""
     hbm_bandwidth_bytes_per_s: float
     scale_up_bandwidth_bytes_per_s: float
     """Per device, one direction, inside the scale-up domain (NVLink, Infinity Fabric, HCCS)."""
@@ -163,6 +163,7 @@ class DeviceSpec:
             "name": self.name,
             "peak_tflops": {k: v / T for k, v in self.peak_flops_per_s.items()},
             "memory_gb": self.memory_bytes / GB,
+            "memory_gib": self.memory_bytes / GIB,
             "hbm_bandwidth_tb_per_s": self.hbm_bandwidth_bytes_per_s / TB,
             "scale_up_bandwidth_gb_per_s": self.scale_up_bandwidth_bytes_per_s / GB,
             "scale_out_bandwidth_gb_per_s": self.scale_out_bandwidth_bytes_per_s / GB,

@@ -181,8 +181,8 @@ class ServingOptions:
 
 def default_chunk(memory_bytes: float) -> int:
     """sglang's default ``--chunked-prefill-size`` by GPU memory (server_args.py,
-    ``_handle_gpu_memory_settings``): 2,048 below 35 GB, 4,096 below 60 GB, 8,192 below 160 GB
-    (A100, H100, H200, H20), 16,384 above (B200, MI300X)."""
+    ``_handle_gpu_memory_settings``, from the driver's total in MiB): 2,048 below 35 GiB, 4,096
+    below 60 GiB, 8,192 below 160 GiB (A100, H100, H200, H20), 16,384 above (B200, MI300X)."""
     gib = memory_bytes / 2**30
     return 2048 if gib < 35 else 4096 if gib < 60 else 8192 if gib < 160 else 16384
 

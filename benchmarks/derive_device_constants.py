@@ -14,9 +14,12 @@ from this script; run it to check them: .venv/bin/python benchmarks/derive_devic
   devices' bandwidths). Not the line's intercept: that extrapolates large streams to zero
   bytes, and A100's GEMV reaches its bandwidth slowly (0.36 of peak at 10 MiB, 0.7 from
   80 MiB), which puts the intercept at 9.9 us where its small kernels take 3.2;
-- attention fixed time: the median duration of one request's decode attention over at most 512
-  tokens (bf16 cache, every head layout in the table), attention kernels that move almost
-  nothing; they take 10-15 us where a small GEMM takes 2-3;
+- attention fixed time: what the roofline leaves out of small decode attentions, the median of
+  measured minus roofline time over the table's decodes of 1-8 requests over 64-2,048 tokens
+  (bf16 cache, head dim 128, every head layout): 10-22 us, where a small GEMM takes 2-3
+  (split-KV passes and their merge, the softmax pipeline's ramp);
+- MLA attention fixed time: the same over the MLA decode table (DeepSeek-V3's latent geometry,
+  bf16 cache), which takes longer again on Hopper (16 us);
 - the kernel floor is the shortest GEMM in the table (a kernel's minimum duration under CUDA
   graphs);
 - link efficiency: custom all-reduce over 8 GPUs at the largest message, bus bandwidth
@@ -27,7 +30,10 @@ from __future__ import annotations
 
 import statistics
 import sys
+from dataclasses import replace
 
+from infercast import analytic
+from infercast.cost import OpCost
 from infercast.devices import BUILTIN_DEVICES
 from infercast.kernels import aiconfigurator as aic
 
@@ -41,6 +47,40 @@ def fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
     my = sum(y for _, y in points) / n
     slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
     return slope, my - slope * mx
+
+
+def attention_fixed(device, system: str, version: str) -> tuple[list[float], list[float]]:
+    """Measured minus roofline (us) of each small decode attention in the device's tables: GQA/MHA
+    with head dim 128, and MLA over DeepSeek-V3's latent cache; bf16 caches."""
+    bare = replace(device, efficiency=replace(device.efficiency, kernel_fixed_s=0.0, attention_fixed_s=0.0,
+                                              mla_attention_fixed_s=0.0))
+
+    def roofline_us(cost: OpCost) -> float:
+        return analytic.kernel_time(cost, bare).seconds * 1e6
+
+    def small(batch: float, context: float) -> bool:
+        return batch <= 8 and 64 <= context <= 2048
+
+    attention, mla = [], []
+    decode = aic.load("generation_attention", system, ENGINE, version)
+    for key in decode.keys():
+        kv_dtype, head_dim, kv_heads = key
+        if kv_dtype != "bf16" or head_dim != 128:
+            continue
+        for (heads, batch, context), us in decode.grid(key).points():
+            if small(batch, context):
+                cache = batch * context * (kv_heads or heads) * head_dim * 2
+                cost = OpCost(flops=2.0 * heads * batch * context * 2 * head_dim, bytes=4 * batch * heads * head_dim
+                              + 2 * cache, kind="attention")
+                attention.append(us - roofline_us(cost))
+    latent = aic.load("generation_mla", system, ENGINE, version)
+    if ("bf16",) in latent.keys():
+        for (heads, batch, context), us in latent.grid(("bf16",)).points():
+            if small(batch, context):
+                cost = OpCost(flops=2.0 * heads * batch * context * (576 + 512),
+                              bytes=2 * batch * heads * (576 + 512) + 2 * batch * context * 576, kind="mla_attention")
+                mla.append(us - roofline_us(cost))
+    return attention, mla
 
 
 def main() -> int:
@@ -78,12 +118,12 @@ def main() -> int:
                     effs.append(flops / (us * 1e-6) / device.peak("bf16"))
         if effs:
             print(f"  attention: median {statistics.median(effs):.3f} of bf16 peak over {len(effs)} points")
-        decode = aic.load("generation_attention", system, ENGINE, version)
-        short = [us for key in decode.keys() if key[0] == "bf16"
-                 for (heads, batch, context), us in decode.grid(key).points() if batch == 1 and context <= 512]
-        if short:
-            print(f"  attention fixed: {statistics.median(short):.2f} us (median of {len(short)} one-request decode "
-                  f"attentions over <= 512 tokens)")
+        attention, mla = attention_fixed(device, system, version)
+        if attention:
+            print(f"  attention fixed: {statistics.median(attention):.2f} us (median excess over the roofline of "
+                  f"{len(attention)} decodes of 1-8 requests over 64-2,048 tokens)")
+        if mla:
+            print(f"  MLA attention fixed: {statistics.median(mla):.2f} us (the same over {len(mla)} MLA decodes)")
         ar = aic.load("all_reduce", system, ENGINE, version)
         grid = ar.grid(("graph", 8))
         if grid is not None:

@@ -72,14 +72,14 @@ def row(result: dict, name: str) -> dict:
 # ------------------------------------------------------------------------------ the roofline, re-derived
 #
 # analytic.py: time = max(flops x pad / (peak x efficiency x wave_use), bytes / (HBM x memory efficiency))
-#                     + kernel_fixed x kernels (an attention kernel: attention_fixed, its own measured figure)
+#                     + kernel_fixed x kernels (attention and MLA decode kernels: their own measured figures)
 # pad: tensor cores compute 64 rows and 8 columns at a time, so m and n round up to those;
 # wave_use: a GEMM with fewer 128 x 128 x 128 (tile, K step) pairs than SMs keeps only that share busy.
 
 
 def roofline(device, *, flops: float, nbytes: float, peak: float, efficiency: float,
              mnk: tuple[int, int, int] | None = None, count: float = 1.0, kernels: int = 1,
-             attention: bool = False) -> tuple[float, str]:
+             attention: str | None = None) -> tuple[float, str]:
     """(seconds, bound) of one kernel (or fused group of ``kernels``) on ``device``."""
     pad = use = 1.0
     if mnk is not None:
@@ -89,7 +89,8 @@ def roofline(device, *, flops: float, nbytes: float, peak: float, efficiency: fl
         use = min(1.0, steps / device.sm_count)
     compute = flops * pad / (peak * efficiency * use)
     memory = nbytes / (device.hbm_bandwidth_bytes_per_s * device.efficiency.memory)
-    fixed = (device.efficiency.attention_fixed_s if attention else device.efficiency.kernel_fixed_s) * kernels
+    fixed = {None: device.efficiency.kernel_fixed_s, "attention": device.efficiency.attention_fixed_s,
+             "mla": device.efficiency.mla_attention_fixed_s}[attention] * kernels
     bound = "latency" if fixed > max(compute, memory) else ("compute" if compute >= memory else "memory")
     return max(compute, memory) + fixed, bound
 
@@ -176,7 +177,7 @@ def test_llama_gqa_decode(capsys, tmp_path, h100) -> None:
     q = out = BATCH * heads * head_dim * BF16
     seconds, bound = roofline(h100, flops=2 * heads * pairs * (head_dim + head_dim), nbytes=q + out + 2 * cache,
                               peak=h100.peak_flops_per_s["bf16"], efficiency=h100.efficiency.attention,
-                              attention=True)
+                              attention="attention")
     assert_row(result, "attention (layers.*.self_attn)", layers, seconds, bound)
 
     # the cache write: 4 new rows of K and of V (2 KV heads x 64 each) read in bf16 and written
@@ -214,7 +215,7 @@ def test_llama_gqa_prefill(capsys, tmp_path, h100) -> None:
     q = out = tokens * heads * head_dim * BF16
     cache = tokens * kv_heads * head_dim * BF16
     seconds, bound = roofline(h100, flops=flops, nbytes=q + out + 2 * cache, peak=h100.peak_flops_per_s["bf16"],
-                              efficiency=h100.efficiency.attention, attention=True)
+                              efficiency=h100.efficiency.attention, attention="attention")
     compute_s = flops / (h100.peak_flops_per_s["bf16"] * h100.efficiency.attention)
     assert compute_s > (q + out + 2 * cache) / (h100.hbm_bandwidth_bytes_per_s * h100.efficiency.memory)
     assert_row(result, "attention (layers.*.self_attn)", layers, seconds, bound)
@@ -342,7 +343,7 @@ def test_deepseek_v3_mla_moe_decode(capsys, tmp_path, h100) -> None:
     seconds, bound = roofline(h100, flops=2 * heads * BATCH * KV_LEN * (latent + kv_lora),
                               nbytes=BF16 * (BATCH * heads * (latent + kv_lora) + BATCH * KV_LEN * latent),
                               peak=h100.peak_flops_per_s["bf16"], efficiency=h100.efficiency.attention,
-                              attention=True)
+                              attention="mla")
     assert_row(result, "mla_attention (layers.*.self_attn)", layers, seconds, bound)
 
 

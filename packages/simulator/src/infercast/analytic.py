@@ -16,7 +16,8 @@ A kernel's time is
   SMs; the measured efficiency, a median over large shapes, already carries the rest;
 - ``kernel_fixed`` is the per-kernel launch ramp and tail measured for the device; an attention
   kernel's is its own, larger figure (``attention_fixed``: split-KV passes, their merge, the
-  softmax pipeline's ramp), what the device's shortest measured decode attentions take.
+  softmax pipeline's ramp), what the device's shortest measured decode attentions take, and MLA
+  decode's its own again (``mla_attention_fixed``).
 
 The kernel is ``latency`` bound when its fixed time exceeds the roofline, else ``compute``
 or ``memory`` bound. Collectives: :func:`collective_time`; EP all-to-all:
@@ -31,6 +32,8 @@ from dataclasses import dataclass
 from infercast.cost import OpCost
 from infercast.devices import DeviceSpec
 
+ATTENTION_KINDS = ("attention", "mla_attention")
+"""OpCost kinds priced at the device's attention efficiency."""
 TILE_M = TILE_N = TILE_K = 128
 """Output tile and K step of a large GEMM (CUTLASS's and DeepGEMM's default on Hopper and Blackwell)."""
 MMA_ROWS, MMA_COLS = 64, 8
@@ -59,7 +62,7 @@ def compute_seconds(cost: OpCost, device: DeviceSpec) -> float:
         return 0.0
     eff = device.efficiency
     peak = device.peak(cost.compute_dtype)
-    if cost.kind == "attention":
+    if cost.kind in ATTENTION_KINDS:
         return cost.flops / (device.peak("bf16") * eff.attention)
     if cost.kind != "gemm":
         return cost.flops / (peak * eff.gemm_efficiency("bf16", "bf16"))

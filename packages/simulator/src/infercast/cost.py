@@ -36,7 +36,8 @@ class OpCost:
     kernel_dtype: str = ""
     """The kernel family (``bf16``, ``fp8_block``, ``w4a16``, ...) for GEMMs."""
     kind: str = "memory"
-    """Efficiency class: ``gemm``, ``attention``, ``memory`` (streaming kernels) or ``collective``."""
+    """Efficiency class: ``gemm``, ``attention``, ``mla_attention`` (decode over a latent cache: the
+    attention efficiency, its own fixed time), ``memory`` (streaming kernels) or ``collective``."""
     kernels: int = 1
     """Kernels the operator launches (a fused MoE is several)."""
     gemm_mnk: tuple[int, int, int] | None = None
@@ -181,7 +182,7 @@ def _mla_attention(record: OpRecord) -> OpCost:
     pairs = attended_pairs(record["num_seqs"], record["q_len"], record["kv_len"], True)
     flops = 2.0 * heads * pairs * (qk_dim + record["v_head_dim"])
     return OpCost(flops=flops, compute_dtype="bf16", bytes=q.nbytes + record.outputs[0].nbytes + cache.nbytes,
-                  kind="attention")
+                  kind="mla_attention")
 
 
 @register_cost("infercast::embedding")

@@ -252,12 +252,13 @@ def _attention_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Ph
                  EXTRAPOLATED)
 
 
-def _attention_shape(device, heads, kv_heads, head_dim, seqs, q_len, kv_len, kv_dtype, v_dim=None) -> float:
+def _attention_shape(device, heads, kv_heads, head_dim, seqs, q_len, kv_len, kv_dtype, v_dim=None,
+                     kind: str = "attention") -> float:
     v_dim = v_dim or head_dim
     prefix = kv_len - q_len
     pairs = seqs * (q_len * prefix + q_len * (q_len + 1) / 2)
     kv_bytes = 1.0 if kv_dtype == "fp8" else 2.0
-    cost = OpCost(flops=2.0 * heads * pairs * (head_dim + v_dim), kind="attention",
+    cost = OpCost(flops=2.0 * heads * pairs * (head_dim + v_dim), kind=kind,
                   bytes=seqs * (q_len * heads * (head_dim + v_dim) * 2 + kv_len * kv_heads * (head_dim + v_dim) * kv_bytes))
     return analytic.kernel_time(cost, device).seconds
 
@@ -276,9 +277,10 @@ def _mla_decode_query(record: OpRecord, cost: OpCost, model: CostModel, phase: P
 
     def shape(c):
         h, b, s = c
-        return _attention_shape(device, h, 1, 576, b, 1, s, kv_dtype, v_dim=512)
+        return _attention_shape(device, h, 1, 576, b, 1, s, kv_dtype, v_dim=512, kind="mla_attention")
 
-    scale = _attention_shape(device, heads, 1, 576, seqs, q_len, kv_len, kv_dtype, v_dim=512) / shape((heads, seqs, kv_len))
+    scale = _attention_shape(device, heads, 1, 576, seqs, q_len, kv_len, kv_dtype, v_dim=512,
+                             kind="mla_attention") / shape((heads, seqs, kv_len))
     return Query("generation_mla", (kv_dtype,), (heads, seqs, kv_len), shape, scale, EXTRAPOLATED)
 
 

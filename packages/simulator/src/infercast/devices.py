@@ -27,7 +27,7 @@ class Efficiency:
     For devices with aiconfigurator-core tables the figures are derived from those tables by
     ``benchmarks/derive_device_constants.py`` (medians over large shapes; a least-squares line
     through pure weight streams for memory; the median of the smallest GEMMs, which move almost
-    nothing, for the fixed time, and of one-request decode attention over at most 512 tokens for
+    nothing, for the fixed time, and what small decode attentions take beyond their roofline for
     an attention kernel's); ``source`` says where each came from.
     """
 
@@ -49,16 +49,21 @@ class Efficiency:
     """The smallest all-reduce inside the scale-up domain."""
     source: str
     attention_fixed_s: float | None = None
-    """``kernel_fixed_s`` for an attention kernel, which pays more before its roofline starts
-    (split-KV passes and their merge, the softmax pipeline's ramp): what one request's decode
-    attention over a short context takes. None: ``kernel_fixed_s``."""
+    """``kernel_fixed_s`` for an attention kernel, which pays more beyond its roofline (split-KV
+    passes and their merge, the softmax pipeline's ramp): what small decode attentions take over
+    their roofline. None: ``kernel_fixed_s``."""
+    mla_attention_fixed_s: float | None = None
+    """The same for MLA decode attention over a latent cache (FA3's MLA path, FlashMLA), which
+    pays more again on Hopper. None: ``attention_fixed_s``."""
 
     def gemm_efficiency(self, kernel_dtype: str, compute_dtype: str) -> float:
         return self.gemm.get(kernel_dtype) or self.gemm.get(compute_dtype) or self.gemm["bf16"]
 
     def fixed_s(self, kind: str) -> float:
         """The fixed time of one kernel of ``kind`` (an OpCost kind)."""
-        if kind == "attention" and self.attention_fixed_s is not None:
+        if kind == "mla_attention" and self.mla_attention_fixed_s is not None:
+            return self.mla_attention_fixed_s
+        if kind in ("attention", "mla_attention") and self.attention_fixed_s is not None:
             return self.attention_fixed_s
         return self.kernel_fixed_s
 
@@ -67,24 +72,24 @@ AIC = "aiconfigurator-core 0.12.0 tables ({system}, sglang {version}), derived b
 
 HOPPER_H100 = Efficiency(
     gemm={"bf16": 0.724, "fp8": 0.514, "fp8_block": 0.619, "int8": 0.514}, attention=0.575, memory=0.858,
-    kernel_fixed_s=3.01e-6, attention_fixed_s=11.00e-6, link=1.04, scale_out=0.8, collective_floor_s=4.82e-6,
+    kernel_fixed_s=3.01e-6, attention_fixed_s=9.98e-6, mla_attention_fixed_s=15.88e-6, link=1.04, scale_out=0.8, collective_floor_s=4.82e-6,
     source=AIC.format(system="h100_sxm", version="0.5.14") + "; int8 assumed at the fp8 rate (same tensor-core "
     "peak on sm_90, no int8 table); link above 1: NVLink SHARP reduces in the switch",
 )
 HOPPER_H200 = Efficiency(
     gemm={"bf16": 0.693, "fp8": 0.560, "fp8_block": 0.606, "int8": 0.560}, attention=0.559, memory=0.845,
-    kernel_fixed_s=3.02e-6, attention_fixed_s=10.90e-6, link=1.038, scale_out=0.8, collective_floor_s=3.47e-6,
+    kernel_fixed_s=3.02e-6, attention_fixed_s=10.35e-6, mla_attention_fixed_s=16.20e-6, link=1.038, scale_out=0.8, collective_floor_s=3.47e-6,
     source=AIC.format(system="h200_sxm", version="0.5.14") + "; int8 assumed at the fp8 rate (same tensor-core "
     "peak on sm_90, no int8 table); link above 1: NVLink SHARP reduces in the switch",
 )
 AMPERE_A100 = Efficiency(
-    gemm={"bf16": 0.794}, attention=0.638, memory=0.798, kernel_fixed_s=3.23e-6, attention_fixed_s=14.40e-6, link=0.758,
+    gemm={"bf16": 0.794}, attention=0.638, memory=0.798, kernel_fixed_s=3.23e-6, attention_fixed_s=21.52e-6, link=0.758,
     scale_out=0.8, collective_floor_s=5.79e-6,
     source=AIC.format(system="a100_sxm", version="0.5.10") + "; int8 has no table and uses the bf16 figure",
 )
 BLACKWELL_B200 = Efficiency(
     gemm={"bf16": 0.651, "fp8": 0.476, "fp8_block": 0.570}, attention=0.513, memory=0.785, kernel_fixed_s=2.18e-6,
-    attention_fixed_s=10.48e-6, link=0.802, scale_out=0.8, collective_floor_s=7.00e-6,
+    attention_fixed_s=10.07e-6, mla_attention_fixed_s=12.13e-6, link=0.802, scale_out=0.8, collective_floor_s=7.00e-6,
     source=AIC.format(system="b200_sxm", version="0.5.14") + "; fp4 has no table and uses the bf16 figure",
 )
 MI300X_MEASURED = replace(
@@ -178,6 +183,7 @@ class DeviceSpec:
                 "memory": self.efficiency.memory,
                 "kernel_fixed_us": self.efficiency.kernel_fixed_s * 1e6,
                 "attention_fixed_us": self.efficiency.fixed_s("attention") * 1e6,
+                "mla_attention_fixed_us": self.efficiency.fixed_s("mla_attention") * 1e6,
                 "link": self.efficiency.link,
                 "collective_floor_us": self.efficiency.collective_floor_s * 1e6,
                 "source": self.efficiency.source,

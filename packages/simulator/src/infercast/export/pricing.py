@@ -34,7 +34,7 @@ FREE = (FREE_OPS - {"aten::_to_copy", "aten::zeros", "aten::zeros_like"}) | {
 """Nodes that launch no kernel: views, reshapes, splits, metadata. ``to``/``_to_copy`` are free
 when the dtype does not change (a device move on meta), ``dropout`` when not training."""
 
-MATMUL_KINDS = ("gemm", "attention")
+MATMUL_KINDS = ("gemm", "attention", "mla_attention")
 
 
 @dataclass

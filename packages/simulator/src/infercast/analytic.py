@@ -3,7 +3,7 @@
 A kernel's time is
 
     max(flops x pad / (peak(dtype) x efficiency x wave_use), bytes / (HBM x memory efficiency))
-      + kernel_fixed x kernels   (attention_fixed for an attention kernel)
+      + kernel_fixed x kernels   (attention kernels: attention_fixed, MLA decode mla_attention_fixed)
 
 - ``efficiency`` depends on the kind of kernel: GEMMs by their kernel dtype (an FP8 GEMM
   reaches a lower share of its peak than a bf16 one), flash attention its own figure;
@@ -16,8 +16,8 @@ A kernel's time is
   SMs; the measured efficiency, a median over large shapes, already carries the rest;
 - ``kernel_fixed`` is the per-kernel launch ramp and tail measured for the device; an attention
   kernel's is its own, larger figure (``attention_fixed``: split-KV passes, their merge, the
-  softmax pipeline's ramp), what the device's shortest measured decode attentions take, and MLA
-  decode's its own again (``mla_attention_fixed``).
+  softmax pipeline's ramp), what the device's small measured decode attentions take beyond their
+  roofline, and MLA decode's its own again (``mla_attention_fixed``).
 
 The kernel is ``latency`` bound when its fixed time exceeds the roofline, else ``compute``
 or ``memory`` bound. Collectives: :func:`collective_time`; EP all-to-all:

@@ -56,7 +56,7 @@ def mla(ctx: SimContext, config: Any, index: int, profile: ModelProfile) -> SimM
 
 
 def dense_mlp(ctx: SimContext, config: Any, index: int, profile: ModelProfile) -> SimMLP:
-    return SimMLP(config.hidden_size, config.intermediate_size, ctx.quant.dense, ctx.parallel.tp)
+    return SimMLP(config.hidden_size, config.intermediate_size, ctx.quant.dense, ctx.parallel.tp, ctx)
 
 
 def moe(ctx: SimContext, config: Any, index: int, profile: ModelProfile) -> SimMoE:

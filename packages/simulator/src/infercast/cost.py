@@ -200,6 +200,14 @@ def _kv_cache_write(record: OpRecord) -> OpCost:
     return OpCost(bytes=float(sum(t.nbytes + t.numel * cache_itemsize for t in rows)))
 
 
+@register_cost("infercast::rope_kv_cache_write")
+def _rope_kv_cache_write(record: OpRecord) -> OpCost:
+    """Reads q, k and v once; writes the rotated q and the K/V rows in the cache's dtype."""
+    q, k, v = record["q"], record["k"], record["v"]
+    cache_itemsize = getattr(torch, record["cache_dtype"].removeprefix("torch.")).itemsize
+    return OpCost(bytes=float(2 * q.nbytes + k.nbytes + v.nbytes + (k.numel + v.numel) * cache_itemsize))
+
+
 # -- ATen operators (a pytorch-ir graph: ``infercast simulate --from-ir``) ---------------
 #
 # A node of an exported graph arrives as an OpRecord named ``aten::<op>`` with its arguments

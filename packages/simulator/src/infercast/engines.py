@@ -28,7 +28,8 @@ class HostCost:
         return self.seconds + self.per_item_s * items
 
 
-EAGER_UNDER_PIECEWISE = frozenset({"attention", "mla_attention", "mla_prefill_attention", "kv_cache_write"})
+EAGER_UNDER_PIECEWISE = frozenset({"attention", "mla_attention", "mla_prefill_attention", "kv_cache_write",
+                                   "rope_kv_cache_write"})
 """Operators a piecewise CUDA graph leaves out: attention and the cache write inside it run
 eagerly between the captured pieces (sglang's and vLLM's split op wraps the attention backend's
 forward, which stores the new keys and values)."""
@@ -43,6 +44,20 @@ def reaches(version: str | None, since: str) -> bool:
         return version is None or Version(version) >= Version(since)
     except InvalidVersion:
         return True
+
+
+@dataclass(frozen=True)
+class PointwiseFusions:
+    """Pointwise kernels an engine does not launch on their own, each folded into a neighbour."""
+
+    rope_in_cache_write: bool
+    """RoPE on q and k and the K/V cache write are one preprocessing kernel before attention."""
+    fp8_swiglu: bool
+    """SiLU-and-mul writes the down projection's FP8 input (per-tensor FP8 checkpoints): no
+    quantize kernel before ``down_proj``."""
+    fp8_attention_output: bool
+    """With an FP8 KV cache, attention writes ``o_proj``'s FP8 input: no quantize kernel before it."""
+    source: str
 
 
 @dataclass(frozen=True)
@@ -182,6 +197,8 @@ class Engine:
     is paid every cycle)."""
     all_reduce_fusion: AllReduceFusion | None = None
     """When the all-reduce and the norm after it run as one kernel (None: never modelled)."""
+    pointwise: PointwiseFusions | None = None
+    """Pointwise work the engine folds into its neighbours' kernels (None: each its own kernel)."""
 
     def spec_step(self) -> HostCost:
         """The host time a speculative cycle waits for."""
@@ -249,6 +266,18 @@ VLLM_STEP = HostCost(
     per_item_s=12.7e-6,
 )
 
+TRTLLM_POINTWISE = PointwiseFusions(
+    rope_in_cache_write=True, fp8_swiglu=True, fp8_attention_output=True,
+    source="TensorRT-LLM's PyTorch backend (NVIDIA/TensorRT-LLM): the TRTLLM attention backend fuses RoPE "
+    "(_torch/attention_backend/trtllm.py, support_fused_rope) into its QKV preprocessing kernel, which also writes "
+    "the KV cache (cpp attentionOp.cpp: invokeQKVPreprocessing -> invokeApplyBiasRopeUpdateKVCacheDispatch); "
+    "GatedMLP calls swiglu(x, quant_scale=down_proj.input_scale) for FP8 per-tensor weights "
+    "(_torch/modules/gated_mlp.py); attention emits FP8 output when the weights are FP8 per-tensor and the KV cache "
+    "FP8 (_torch/attention_backend/trtllm.py). The RMSNorm stays bf16 at TP1 and the FP8 linear quantizes its input "
+    "(modules/linear.py, static_quantize_e4m3_per_tensor); the all-reduce + RMSNorm + FP8 quantize fusion at TP > 1 "
+    "is not modelled",
+)
+
 SGLANG_PIECEWISE = PrefillGraphs(
     since="0.5.10", max_tokens_mla=2048,
     blocked_by={
@@ -304,4 +333,5 @@ register(Engine(
     step=replace(SGLANG_STEP, source="assumed equal to sglang's (TensorRT-LLM also overlaps scheduling; its overlap "
                  "scheduler gains 1.03x at batch 1, TensorRT-LLM tech blog 2): " + SGLANG_STEP.source),
     request=replace(SGLANG_REQUEST, source="assumed equal to sglang's: " + SGLANG_REQUEST.source),
+    pointwise=TRTLLM_POINTWISE,
 ))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 from infercast_adapters import InfercastError
@@ -22,6 +22,9 @@ from infercast import ops  # noqa: F401  (registers torch.ops.infercast)
 from infercast import routing
 from infercast.parallel import Parallel, Workload
 from infercast.quant import BF16, QuantPlan, QuantScheme
+
+if TYPE_CHECKING:
+    from infercast.engines import PointwiseFusions
 
 OPS = torch.ops.infercast
 ACT_DTYPE = torch.bfloat16
@@ -48,6 +51,12 @@ class SimContext:
     all_reduce_fusion_tokens: int = 0
     """The most tokens per rank for which each decoder layer's all-reduce and the RMSNorm after it
     run as one kernel (0: never); set by :func:`infercast.pricing.all_reduce_fusion`."""
+    pointwise: PointwiseFusions | None = None
+    """Pointwise kernels the serving engine folds into their neighbours (the engine's)."""
+
+    def fp8_per_tensor(self, scheme: QuantScheme) -> bool:
+        """Whether ``scheme`` quantizes activations to FP8 with one scale per tensor (not blocks)."""
+        return scheme.compute_dtype == "fp8" and scheme.dynamic_activation and not scheme.block
 
     @contextlib.contextmanager
     def using(self, workload: Workload) -> Iterator[None]:
@@ -203,11 +212,12 @@ class SimLinear(SimModule):
         else:
             self.weight("weight", (out_features, in_features))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, quantized_input: bool = False) -> torch.Tensor:
+        """``quantized_input``: the producer of ``x`` already wrote it in the compute dtype."""
         scheme = self.scheme
         if scheme.weight_bits == 16:
             return OPS.gemm(x, self.weights["weight"], scheme.kernel_dtype)
-        if scheme.dynamic_activation:
+        if scheme.dynamic_activation and not quantized_input:
             OPS.quantize_activation(x, scheme.compute_dtype)
         weight = self.weights["weight_packed"] if scheme.packed else self.weights["weight"]
         return OPS.quant_gemm(x, weight, self.weights["weight_scale"], self.out_features, scheme.kernel_dtype)
@@ -228,13 +238,17 @@ class SimRMSNorm(SimModule):
 class SimMLP(SimModule):
     """Gated MLP: fused gate/up GEMM, SiLU-and-mul, down GEMM (no collective: the caller reduces)."""
 
-    def __init__(self, hidden_size: int, intermediate_size: int, scheme: QuantScheme, tp: int) -> None:
+    def __init__(self, hidden_size: int, intermediate_size: int, scheme: QuantScheme, tp: int,
+                 ctx: SimContext | None = None) -> None:
         super().__init__()
+        self.ctx = ctx
         self.gate_up_proj = SimLinear(hidden_size, 2 * intermediate_size, scheme, shard="column", tp=tp)
         self.down_proj = SimLinear(intermediate_size, hidden_size, scheme, shard="row", tp=tp)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(OPS.silu_and_mul(self.gate_up_proj(x)))
+        ctx = self.ctx
+        fused = bool(ctx and ctx.pointwise and ctx.pointwise.fp8_swiglu and ctx.fp8_per_tensor(self.down_proj.scheme))
+        return self.down_proj(OPS.silu_and_mul(self.gate_up_proj(x)), quantized_input=fused)
 
 
 class SimGQAAttention(SimModule):
@@ -268,10 +282,16 @@ class SimGQAAttention(SimModule):
         k = k.view(T, self.kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = OPS.rope(q, k)
-        OPS.kv_cache_write(k.reshape(T, -1), v, str(ctx.kv_cache_dtype))
+        fusions = ctx.pointwise
+        if fusions and fusions.rope_in_cache_write:
+            q = OPS.rope_kv_cache_write(q, k, v, str(ctx.kv_cache_dtype))
+        else:
+            q, k = OPS.rope(q, k)
+            OPS.kv_cache_write(k.reshape(T, -1), v, str(ctx.kv_cache_dtype))
         out = by_part(ctx, (q,), self._attend)
-        return self.o_proj(out.reshape(T, self.heads * self.head_dim))
+        fp8_out = bool(fusions and fusions.fp8_attention_output and ctx.kv_cache_dtype == torch.float8_e4m3fn
+                       and ctx.fp8_per_tensor(self.o_proj.scheme))
+        return self.o_proj(out.reshape(T, self.heads * self.head_dim), quantized_input=fp8_out)
 
     def _attend(self, q: torch.Tensor) -> torch.Tensor:
         ctx = self.ctx
@@ -400,7 +420,8 @@ class SimMoE(SimModule):
         self.shared_experts = None
         if shape.shared_intermediate_size:
             shared_tp = p.tp if (p.ep == 1 or p.shared_expert_tp) else 1
-            self.shared_experts = SimMLP(shape.hidden_size, shape.shared_intermediate_size, ctx.quant.dense, shared_tp)
+            self.shared_experts = SimMLP(shape.hidden_size, shape.shared_intermediate_size, ctx.quant.dense, shared_tp,
+                                         ctx)
 
     @property
     def routing_assumption(self) -> str:

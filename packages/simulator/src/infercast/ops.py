@@ -134,6 +134,18 @@ def _(k, v, cache_dtype):
     return k.new_empty(0)
 
 
+@torch.library.custom_op("infercast::rope_kv_cache_write", mutates_args=())
+def rope_kv_cache_write(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache_dtype: str) -> torch.Tensor:
+    """RoPE on q and k and the new K and V rows into the paged cache in one kernel, returning the
+    rotated q (TensorRT-LLM's QKV preprocessing before attention)."""
+    raise NotImplementedError
+
+
+@rope_kv_cache_write.register_fake
+def _(q, k, v, cache_dtype):
+    return _like(q)
+
+
 @torch.library.custom_op("infercast::rope", mutates_args=())
 def rope(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotary embedding applied to q and k in one kernel."""

@@ -286,7 +286,7 @@ class Planner:
             plan = _resolve_quant(self.config, self.text, quant, self.profile)
             ctx = SimContext(parallel=parallel, workload=Workload(1, 1, 0, True), quant=plan,
                              kv_cache_dtype=KV_DTYPES[self.request.kv_cache_dtype],
-                             expert_imbalance=self.request.expert_imbalance)
+                             expert_imbalance=self.request.expert_imbalance, pointwise=self.costs.engine.pointwise)
             built = build(self.config, self.profile, ctx, self.manager)
             chunk = self.request.serving.chunked_prefill_size or default_chunk(self.device.memory_bytes)
             ctx.prefill_graph_tokens = prefill_graph_tokens(self.costs, built, parallel, chunk,

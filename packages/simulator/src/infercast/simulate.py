@@ -82,6 +82,7 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
                      kv_cache_dtype=KV_DTYPES[user.kv_cache_dtype],
                      expert_imbalance=check_distribution(user.expert_imbalance))
     model = cost_model_for(user, device)
+    ctx.pointwise = model.engine.pointwise
     built = build(config, profile, ctx, manager)
     ctx.prefill_graph_tokens = prefill_graph_tokens(model, built, parallel, default_chunk(device.memory_bytes),
                                                     mode=user.prefill_cuda_graph)

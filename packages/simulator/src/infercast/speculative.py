@@ -192,7 +192,8 @@ def eagle3_draft(config: Any, target_model_type: str, ctx: SimContext, manager: 
             num_kv_heads=getattr(layer_config, "num_key_value_heads", None) or heads,
             head_dim=getattr(attn, "head_dim", None) or spec.hidden_size // heads, qk_norm=False,
             input_size=attn.q_proj.in_features)
-    mlp = SimMLP(spec.hidden_size, draft.layers[0].mlp.gate_proj.out_features, ctx.quant.dense, ctx.parallel.tp)
+    mlp = SimMLP(spec.hidden_size, draft.layers[0].mlp.gate_proj.out_features, ctx.quant.dense, ctx.parallel.tp,
+                 ctx)
     layer = SimDraftLayer(ctx, sim_attn, mlp, spec.hidden_size)
     return SimDraft(ctx, layer, hidden_size=spec.hidden_size, vocab_size=spec.vocab_size,
                     draft_vocab_size=spec.draft_vocab_size, fc_in=draft.fc.in_features if draft.fc is not None else None,
@@ -219,7 +220,7 @@ def draft_for(draft_config: Any, built: Any, ctx: SimContext, manager: Any) -> t
     if draft_config is None:
         return mtp_draft(built.sim.layers[-1], built.text_config, ctx), ctx
     draft_ctx = SimContext(parallel=ctx.parallel, workload=ctx.workload, quant=plan_from_checkpoint(
-        getattr(draft_config, "quantization_config", None)), kv_cache_dtype=ctx.kv_cache_dtype)
+        getattr(draft_config, "quantization_config", None)), kv_cache_dtype=ctx.kv_cache_dtype, pointwise=ctx.pointwise)
     return eagle3_draft(draft_config, built.profile.model_type, draft_ctx, manager), draft_ctx
 
 

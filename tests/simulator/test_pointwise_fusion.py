@@ -1,0 +1,68 @@
+"""Pointwise kernels an engine folds into its neighbours (TensorRT-LLM's PyTorch backend)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from infercast.cost import cost_of
+from infercast.engines import ENGINES
+from infercast.simulate import UserInput, simulate
+from infercast.trace import OpRecord, TensorSpec
+
+LLAMA8 = dict(model="meta-llama/Llama-3.1-8B-Instruct", device="H100", num_devices=1, num_queries=1,
+              query_length=512, quantize_linear_action="FP8")
+
+
+def _rows(result) -> dict[str, int]:
+    """Kernels per layer by operator and module (``quantize_activation (layers.*.mlp.down_proj)``)."""
+    layers = 32
+    return {row.name: row.count // layers for row in result.ops if "layers.*" in row.name}
+
+
+def test_tensorrt_llm_writes_the_cache_in_its_rope_kernel_and_quantizes_in_swiglu() -> None:
+    sglang = _rows(simulate(UserInput(**LLAMA8)))
+    trtllm = _rows(simulate(UserInput(**LLAMA8, engine="trtllm")))
+    assert sglang["rope (layers.*.self_attn)"] == sglang["kv_cache_write (layers.*.self_attn)"] == 1
+    assert "rope (layers.*.self_attn)" not in trtllm and "kv_cache_write (layers.*.self_attn)" not in trtllm
+    assert trtllm["rope_kv_cache_write (layers.*.self_attn)"] == 1
+    # SiLU-and-mul writes down_proj's FP8 input; the bf16 norms leave qkv and gate_up their own quantize
+    assert "quantize_activation (layers.*.mlp.down_proj)" in sglang
+    assert "quantize_activation (layers.*.mlp.down_proj)" not in trtllm
+    for kept in ("self_attn.qkv_proj", "mlp.gate_up_proj", "self_attn.o_proj"):
+        assert trtllm[f"quantize_activation (layers.*.{kept})"] == 1
+    assert sum(trtllm.values()) == sum(sglang.values()) - 2
+
+
+def test_attention_writes_o_proj_fp8_input_only_with_an_fp8_cache() -> None:
+    bf16 = _rows(simulate(UserInput(**LLAMA8, engine="trtllm")))
+    fp8 = _rows(simulate(UserInput(**LLAMA8, engine="trtllm", kv_cache_dtype="fp8")))
+    assert "quantize_activation (layers.*.self_attn.o_proj)" in bf16
+    assert "quantize_activation (layers.*.self_attn.o_proj)" not in fp8
+
+
+def test_block_fp8_and_bf16_keep_every_kernel() -> None:
+    """The fused SwiGLU quantizes with one per-tensor scale: FP8 block checkpoints keep their
+    per-group quantize kernel, and bf16 weights have none to fold."""
+    block = _rows(simulate(UserInput(**{**LLAMA8, "quantize_linear_action": "FP8_BLOCK"}, engine="trtllm")))
+    assert block["quantize_activation (layers.*.mlp.down_proj)"] == 1
+    bf16 = _rows(simulate(UserInput(**{**LLAMA8, "quantize_linear_action": None}, engine="trtllm")))
+    assert not any(name.startswith("quantize_activation") for name in bf16)
+    assert bf16["rope_kv_cache_write (layers.*.self_attn)"] == 1
+
+
+def test_only_tensorrt_llm_declares_these_fusions() -> None:
+    assert ENGINES["trtllm"].pointwise is not None and "invokeQKVPreprocessing" in ENGINES["trtllm"].pointwise.source
+    assert ENGINES["sglang"].pointwise is None and ENGINES["vllm"].pointwise is None
+
+
+@pytest.mark.parametrize("cache, itemsize", [(torch.bfloat16, 2), (torch.float8_e4m3fn, 1)])
+def test_the_fused_kernel_reads_q_k_v_once_and_writes_q_and_the_cache(cache, itemsize) -> None:
+    # 16 tokens: q 32 heads x 128, k and v 8 heads x 128, bf16
+    q = TensorSpec((16, 32, 128), torch.bfloat16)
+    k = TensorSpec((16, 8, 128), torch.bfloat16)
+    v = TensorSpec((16, 8 * 128), torch.bfloat16)
+    record = OpRecord("infercast::rope_kv_cache_write", (q, k, v, str(cache)), (q,), "x", 0,
+                      named={"q": q, "k": k, "v": v, "cache_dtype": str(cache)})
+    q_bytes, kv_values = 16 * 32 * 128 * 2, 2 * 16 * 8 * 128
+    assert cost_of(record).bytes == 2 * q_bytes + kv_values * 2 + kv_values * itemsize

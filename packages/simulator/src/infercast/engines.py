@@ -51,10 +51,11 @@ class PointwiseFusions:
     """Pointwise kernels an engine does not launch on their own, each folded into a neighbour."""
 
     rope_in_cache_write: bool
-    """RoPE on q and k and the K/V cache write are one preprocessing kernel before attention."""
+    """RoPE on q and k and the K/V cache write are one preprocessing kernel before attention
+    (GQA/MHA layers; MLA keeps its own kernels here)."""
     fp8_swiglu: bool
-    """SiLU-and-mul writes the down projection's FP8 input (per-tensor FP8 checkpoints): no
-    quantize kernel before ``down_proj``."""
+    """SiLU-and-mul writes the down projection's FP8 input (FP8 without block scales, the
+    engine's per-tensor FP8): no quantize kernel before ``down_proj``."""
     fp8_attention_output: bool
     """With an FP8 KV cache, attention writes ``o_proj``'s FP8 input: no quantize kernel before it."""
     source: str

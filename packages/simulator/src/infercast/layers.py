@@ -54,8 +54,10 @@ class SimContext:
     pointwise: PointwiseFusions | None = None
     """Pointwise kernels the serving engine folds into their neighbours (the engine's)."""
 
-    def fp8_per_tensor(self, scheme: QuantScheme) -> bool:
-        """Whether ``scheme`` quantizes activations to FP8 with one scale per tensor (not blocks)."""
+    def fp8_unblocked(self, scheme: QuantScheme) -> bool:
+        """Whether ``scheme`` quantizes activations to FP8 without block scales: under TensorRT-LLM
+        its per-tensor FP8, the layout its fused kernels write (block-scaled FP8 keeps its
+        per-group quantize kernel)."""
         return scheme.compute_dtype == "fp8" and scheme.dynamic_activation and not scheme.block
 
     @contextlib.contextmanager
@@ -247,7 +249,7 @@ class SimMLP(SimModule):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         ctx = self.ctx
-        fused = bool(ctx and ctx.pointwise and ctx.pointwise.fp8_swiglu and ctx.fp8_per_tensor(self.down_proj.scheme))
+        fused = bool(ctx and ctx.pointwise and ctx.pointwise.fp8_swiglu and ctx.fp8_unblocked(self.down_proj.scheme))
         return self.down_proj(OPS.silu_and_mul(self.gate_up_proj(x)), quantized_input=fused)
 
 
@@ -290,7 +292,7 @@ class SimGQAAttention(SimModule):
             OPS.kv_cache_write(k.reshape(T, -1), v, str(ctx.kv_cache_dtype))
         out = by_part(ctx, (q,), self._attend)
         fp8_out = bool(fusions and fusions.fp8_attention_output and ctx.kv_cache_dtype == torch.float8_e4m3fn
-                       and ctx.fp8_per_tensor(self.o_proj.scheme))
+                       and ctx.fp8_unblocked(self.o_proj.scheme))
         return self.o_proj(out.reshape(T, self.heads * self.head_dim), quantized_input=fp8_out)
 
     def _attend(self, q: torch.Tensor) -> torch.Tensor:

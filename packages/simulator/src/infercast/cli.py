@@ -108,6 +108,7 @@ def _cmd_models(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_devices(args: argparse.Namespace, console: Console) -> int:
+    from infercast.devices import GIB
     from infercast.plugins import get_devices
 
     devices = get_devices().all()
@@ -121,7 +122,7 @@ def _cmd_devices(args: argparse.Namespace, console: Console) -> int:
     for d in devices:
         low = d.peak_flops_per_s.get("fp8") or d.peak_flops_per_s.get("int8")
         table.add_row(d.name, f"{d.peak('bf16') / 1e12:.0f}", f"{low / 1e12:.0f}" if low else "-",
-                      f"{d.memory_bytes / 2**30:.1f}", f"{d.hbm_bandwidth_bytes_per_s / 1e12:.2f}",
+                      f"{d.memory_bytes / GIB:.1f}", f"{d.hbm_bandwidth_bytes_per_s / 1e12:.2f}",
                       f"{d.scale_up_bandwidth_bytes_per_s / 1e9:.0f}", str(d.devices_per_node),
                       d.kernel_tables or "none: analytic")
     console.print(table)

@@ -52,13 +52,9 @@ class SimContext:
     """The most tokens per rank for which each decoder layer's all-reduce and the RMSNorm after it
     run as one kernel (0: never); set by :func:`infercast.pricing.all_reduce_fusion`."""
     pointwise: PointwiseFusions | None = None
-    """Pointwise kernels the serving engine folds into their neighbours (the engine's)."""
-
-    def fp8_unblocked(self, scheme: QuantScheme) -> bool:
-        """Whether ``scheme`` quantizes activations to FP8 without block scales: under TensorRT-LLM
-        its per-tensor FP8, the layout its fused kernels write (block-scaled FP8 keeps its
-        per-group quantize kernel)."""
-        return scheme.compute_dtype == "fp8" and scheme.dynamic_activation and not scheme.block
+    """Pointwise kernels the serving engine folds into their neighbours (the engine's). Its FP8
+    fusions apply to the ``fp8`` kernel family (no block scales: TensorRT-LLM's per-tensor FP8);
+    block-scaled FP8 keeps its per-group quantize kernels."""
 
     @contextlib.contextmanager
     def using(self, workload: Workload) -> Iterator[None]:
@@ -249,7 +245,7 @@ class SimMLP(SimModule):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         ctx = self.ctx
-        fused = bool(ctx and ctx.pointwise and ctx.pointwise.fp8_swiglu and ctx.fp8_unblocked(self.down_proj.scheme))
+        fused = bool(ctx and ctx.pointwise and ctx.pointwise.fp8_swiglu and self.down_proj.scheme.kernel_dtype == "fp8")
         return self.down_proj(OPS.silu_and_mul(self.gate_up_proj(x)), quantized_input=fused)
 
 
@@ -292,7 +288,7 @@ class SimGQAAttention(SimModule):
             OPS.kv_cache_write(k.reshape(T, -1), v, str(ctx.kv_cache_dtype))
         out = by_part(ctx, (q,), self._attend)
         fp8_out = bool(fusions and fusions.fp8_attention_output and ctx.kv_cache_dtype == torch.float8_e4m3fn
-                       and ctx.fp8_unblocked(self.o_proj.scheme))
+                       and self.o_proj.scheme.kernel_dtype == "fp8")
         return self.o_proj(out.reshape(T, self.heads * self.head_dim), quantized_input=fp8_out)
 
     def _attend(self, q: torch.Tensor) -> torch.Tensor:

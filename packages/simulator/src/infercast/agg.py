@@ -132,7 +132,9 @@ class StepPricer:
 
     def grid(self, layout: Layout, quant: str | None, batch: int, spec: SpecChoice | None, shape: ChunkShape,
              chunk: int) -> GridCost:
-        """The step-cost table of one configuration (``batch`` = its running-request limit)."""
+        """The step-cost table of one configuration (``batch`` = its running-request limit). Its
+        prompt-token columns: one token per rank (a short prompt's step pays the launches and
+        fixed costs of any prefill), the mean piece and doublings of it, and the chunk."""
         planner = self.planner
         context = planner.request.input_length + planner.request.output_length // 2
 
@@ -147,7 +149,7 @@ class StepPricer:
             return self.step(layout, quant, MixedWorkload(Workload(decoding, 1, context, True),
                                                           self.chunk(tokens, shape, dp)), speculative=spec is not None)
 
-        return GridCost(doublings(dp, batch), doublings(dp * shape.piece, chunk, chunk // 4, chunk // 2), price)
+        return GridCost(doublings(dp, batch), doublings(dp * shape.piece, chunk, dp, chunk // 4, chunk // 2), price)
 
 
 def doublings(start: int, stop: int, *extra: int) -> list[int]:
@@ -186,7 +188,8 @@ def serve(cost: GridCost, engine: EnginePolicy, lengths: LengthDist, options: Se
         point = steady_state(cost, engine, lengths, options.request_rate / rate_scale, q)
         return (point if _meets(point, ttft_slo_s, tpot_slo_s, host_s) else None), point
     if options.concurrency is not None:
-        point = closed_loop(cost, engine, lengths, options.concurrency / rate_scale, q)
+        point = closed_loop(cost, engine, lengths, options.concurrency / rate_scale, q,
+                            others=(options.concurrency - 1) / rate_scale)
         return (point if _meets(point, ttft_slo_s, tpot_slo_s, host_s) else None), point
     best = max_rate(cost, engine, lengths, ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s, percentile=q,
                     ttft_offset_s=host_s, admission_ceiling=ADMISSION_CEILING)
@@ -204,21 +207,32 @@ def _meets(point: ServingPoint, ttft_slo_s: float | None, tpot_slo_s: float | No
 
 
 def closed_loop(cost: GridCost, engine: EnginePolicy, lengths: LengthDist, clients: float,
-                percentile: float) -> ServingPoint:
-    """``clients`` each sending a request when the last finished: the rate at which the
-    requests in the system (rate x (TTFT + decode time)) equal the clients (the open-loop
-    model at that rate, a stated approximation of the closed loop)."""
+                percentile: float, others: float | None = None) -> ServingPoint:
+    """``clients`` each sending a request when the last finished. The rate is the open-loop
+    model's at which the requests in the system (rate x (TTFT + decode time)) equal the clients,
+    a stated approximation of the closed loop. TTFT and TPOT are what a request meets: by the
+    arrival theorem of closed queueing networks, the steady state of the ``others`` clients
+    alone (default ``clients - 1``; a share of them when DP ranks split the clients), so a lone
+    client's prompt finds the engine idle and no other prompt comes between its tokens."""
     decode_tokens = lengths.mean(lambda i, o: max(0, o - 1))
 
     def in_system(rate: float) -> float:
         p = steady_state(cost, engine, lengths, rate, percentile)
         return rate * (p.ttft_mean_s + decode_tokens * p.tpot_s) if p.stable else math.inf
 
-    lo, hi = 0.0, engine.chunk / (lengths.mean_input * cost(0, engine.chunk))
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if in_system(mid) < clients else (lo, mid)
-    return steady_state(cost, engine, lengths, max(lo, 1e-9), percentile)
+    def rate_for(n: float) -> float:
+        lo, hi = 0.0, engine.chunk / (lengths.mean_input * cost(0, engine.chunk))
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if in_system(mid) < n else (lo, mid)
+        return max(lo, 1e-9)
+
+    point = steady_state(cost, engine, lengths, rate_for(clients), percentile)
+    seen = steady_state(cost, engine, lengths, rate_for(max(0.0, clients - 1 if others is None else others)),
+                        percentile)
+    if not (point.stable and seen.stable):
+        return point
+    return replace(point, ttft_mean_s=seen.ttft_mean_s, ttft_p_s=seen.ttft_p_s, tpot_s=seen.tpot_s)
 
 
 def evaluate_agg(planner: Planner, pricer: StepPricer, layout: Layout, quant: str | None, batch: int,

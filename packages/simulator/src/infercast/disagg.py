@@ -200,7 +200,7 @@ def prefill_choice(planner: Planner, pricer: StepPricer, layout: Layout, quant: 
     best = None
     for chunk in prefill_chunks(planner, layout):
         shape = chunk_shape(lengths, max(1, chunk // dp))
-        grid = GridCost([], doublings(dp * shape.piece, chunk, chunk // 8, chunk // 4, chunk // 2),
+        grid = GridCost([], doublings(dp * shape.piece, chunk, dp, chunk // 8, chunk // 4, chunk // 2),
                         lambda b, c, shape=shape: pricer.step(layout, quant, pricer.chunk(c, shape, dp),
                                                               disaggregated=True))
         cost, engine = RankView(grid, dp), rank_policy(chunk, 10**9, dp, "separate")

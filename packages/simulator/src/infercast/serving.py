@@ -373,8 +373,9 @@ def steady_state(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, rate
             p = min(1.0, max(tokens / C, 1.0 - math.exp(-rate * step * steps_own)))
             B = rate * decode_steps * (step / (1.0 - p) if p < 1.0 else math.inf)
         c_busy = min(room, tokens / p) if p > 0 else 0.0
-        idle = cost(B, 0) if B > 0 else 0.0
-        busy = cost(B if mixed else 0, c_busy) if c_busy > 0 else idle
+        seen = max(1.0, B)  # a decoding request's step holds at least itself
+        idle = cost(seen, 0) if B > 0 else 0.0
+        busy = cost(seen if mixed else 0, c_busy) if c_busy > 0 else idle
         return (1 - p) * idle + p * busy, B, p, c_busy, idle, busy
 
     if decode_steps == 0:
@@ -391,11 +392,21 @@ def steady_state(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, rate
     probs = lengths.probabilities
 
     arriving = rate * mean_in * step  # prompt tokens of others that share a request's last step
+    # An arrival meets other requests decoding in a share w of the time: B < 1 decoding on
+    # average means some decode step runs w = B of the time and the engine idles otherwise (the
+    # cost's smallest batch, one request, is what a decoding request itself sees).
+    w = min(1.0, B)
+
+    def beside(tokens: float) -> float:
+        """A step of ``tokens`` prompt tokens as an arrival's prompt meets it."""
+        if not mixed:
+            return cost(0, tokens)
+        return cost(B, tokens) if w == 1.0 else w * cost(1, tokens) + (1 - w) * cost(0, tokens)
 
     def own(i: int) -> float:
         k = _ceil_steps(i, room)
         last = min(room, i - (k - 1) * room + arriving)
-        return (k - 1) * full + cost(B if mixed else 0, last)
+        return (k - 1) * (full if w == 1.0 else beside(room)) + beside(last)
 
     in_system = sum(q * own(i) for (i, _, _), q in zip(lengths.rows, probs)) + decode_steps * tpot * a
     admission = rate * in_system / engine.max_running
@@ -404,9 +415,11 @@ def steady_state(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, rate
     service = [i / room * full for i, _, _ in lengths.rows]
     es2 = sum(q * s * s for q, s in zip(probs, service))
     wait = rate * es2 / (2 * (1 - rho)) if rho > 0 else 0.0
-    # the step in progress, picked in proportion to its length: busy with probability p busy / step
+    # the step in progress, picked in proportion to its length: busy with probability p busy / step,
+    # else a decode step (a share w of the time) or none
     busy_share = p * busy / step if step > 0 else 0.0
-    residual = busy_share * busy / 2 + (1 - busy_share) * idle / 2
+    phases = ((busy_share, busy), ((1 - busy_share) * w, idle), ((1 - busy_share) * (1 - w), 0.0))
+    residual = sum(share * length / 2 for share, length in phases)
 
     owns = [(own(i), q) for (i, _, _), q in zip(lengths.rows, probs)]
 
@@ -414,7 +427,7 @@ def steady_state(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, rate
         total = 0.0
         for own_s, q in owns:
             s = t - own_s
-            for share, length in ((busy_share, busy), (1 - busy_share, idle)):
+            for share, length in phases:
                 if share <= 0:
                     continue
                 queued = rho * _uniform_plus_exp(s, length, wait / rho) if wait > 0 else 0.0
@@ -533,6 +546,7 @@ def rate_at_utilisation(cost: StepCost, engine: EnginePolicy, lengths: LengthDis
 @dataclass
 class SimulatedRun:
     rate: float
+    """Requests per second: the Poisson rate, or with clients the completions over the run."""
     requests: int
     ttft_s: list[float] = field(default_factory=list)
     tpot_s: list[float] = field(default_factory=list)
@@ -552,23 +566,35 @@ class SimulatedRun:
         return self.step_time_s / self.steps if self.steps else 0.0
 
 
-def simulate_engine(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, rate: float, *,
-                    requests: int = 4000, warmup: int = 500, seed: int = 0) -> SimulatedRun:
-    """Run the engine policy step by step on Poisson arrivals; statistics of the requests after
-    ``warmup`` (TTFT at the end of the step with the last prompt chunk; TPOT per request over
-    its decode steps). A mixed step's decodes take one token each of the chunk (the planner
-    mixes only without speculation)."""
+def simulate_engine(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, rate: float | None = None, *,
+                    clients: int | None = None, requests: int = 4000, warmup: int = 500,
+                    seed: int = 0) -> SimulatedRun:
+    """Run the engine policy step by step; statistics of the requests after ``warmup`` (TTFT at
+    the end of the step with the last prompt chunk; TPOT per request over its decode steps).
+    Arrivals: Poisson at ``rate``, or ``clients`` closed-loop clients that all start at once and
+    each send their next request at the end of the step that finishes their last (a benchmark
+    client at ``--max-concurrency``). A mixed step's decodes take one token each of the chunk (the
+    planner mixes only without speculation)."""
+    if (rate is None) == (clients is None):
+        raise ValueError("simulate_engine needs a rate or a number of clients, not both")
     rng = random.Random(seed)
     probs = lengths.probabilities
     rows = [(i, o) for i, o, _ in lengths.rows]
-    arrivals, t = [], 0.0
-    for _ in range(requests):
-        t += rng.expovariate(rate)
-        i, o = rows[rng.choices(range(len(rows)), probs)[0]] if len(rows) > 1 else rows[0]
-        arrivals.append((t, i, o))
+
+    def draw() -> tuple[int, int]:
+        return rows[rng.choices(range(len(rows)), probs)[0]] if len(rows) > 1 else rows[0]
+
+    arrivals: list[tuple[float, int, int]] = []  # (time, input, output) by request index, in issue order
+    if rate is not None:
+        t = 0.0
+        for _ in range(requests):
+            t += rng.expovariate(rate)
+            arrivals.append((t, *draw()))
+    else:
+        arrivals.extend((0.0, *draw()) for _ in range(min(clients, requests)))
     C, a = engine.chunk, engine.tokens_per_step
     mixed = engine.policy == "mixed"
-    run = SimulatedRun(rate, requests)
+    run = SimulatedRun(rate if rate is not None else 0.0, requests)
     waiting: deque[int] = deque()
     prefill: deque[list] = deque()  # [request index, prompt tokens left]
     first_token: dict[int, float] = {}
@@ -576,8 +602,16 @@ def simulate_engine(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, r
     finish_at: list[tuple[int, int]] = []  # heap (decode step count at which it finishes, request)
     running = 0
     nxt, now, done = 0, 0.0, 0
+
+    def leave(r: int) -> None:
+        nonlocal running, done
+        running -= 1
+        done += 1
+        if clients is not None and len(arrivals) < requests:
+            arrivals.append((now, *draw()))  # its client sends the next request
+
     while done < requests:
-        while nxt < requests and arrivals[nxt][0] <= now:
+        while nxt < len(arrivals) and arrivals[nxt][0] <= now:
             waiting.append(nxt)
             nxt += 1
         if running == 0 and not waiting:
@@ -613,18 +647,18 @@ def simulate_engine(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, r
             decode_steps_done += 1
             while finish_at and finish_at[0][0] <= decode_steps_done:
                 _, r = heapq.heappop(finish_at)
-                running -= 1
-                done += 1
                 if r >= warmup:
                     run.tpot_s.append((now - first_token[r]) / (arrivals[r][2] - 1))
+                leave(r)
         for r in completed:
             first_token[r] = now
             if r >= warmup:
                 run.ttft_s.append(now - arrivals[r][0])
             remaining = arrivals[r][2] - 1
             if remaining <= 0:
-                running -= 1
-                done += 1
+                leave(r)
             else:
                 heapq.heappush(finish_at, (decode_steps_done + math.ceil(remaining / a), r))
+    if clients is not None:
+        run.rate = done / now if now > 0 else 0.0
     return run

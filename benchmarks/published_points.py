@@ -59,7 +59,9 @@ SOURCES = {
     TRTLLM_090: "NVIDIA/TensorRT-LLM docs/source/performance.md at v0.9.0, the 'first token latency' tables at "
                 "batch 1 (gptSessionBenchmark with output length 1; FP8 weights and KV cache)",
     NIM_180: "NVIDIA NIM for LLMs benchmarking page (docs.nvidia.com/nim/benchmarking/llm), version 1.8.0, "
-             "Llama-3.3-70B-Instruct fp8 TP2 on 2 x H100 80G, AIPerf over HTTP at concurrency 1",
+             "Llama-3.3-70B-Instruct fp8 TP2 on 2 x H100 80G, AIPerf over HTTP at concurrency 1 (input/output "
+             "200/200, 500/2000, 1000/1000, 5000/500, 20000/2000), as a public copy of the table lists them "
+             "(zivbeker42/llm-guesstimator, tested_benchmarks/nim_llama33_70b_v1.8.0_2xH100_fp8TP2.csv)",
     VLLM_CI: "vLLM's nightly performance benchmark (Buildkite vllm/performance-benchmark), latency tests: "
              "benchmark_latency with batch 8, 32 tokens in, 128 out, dummy bf16 weights, 15 timed runs; the H200 "
              "rows from build 9515, the H100 and A100 rows from runs whose stored copies lack the build number",
@@ -132,6 +134,28 @@ def fusion_in(version: str, model: str, device: str, tp: int) -> str:
     return "off" if refusal else "on"
 
 
+# NIM 1.8.0's concurrency-1 rows for Llama-3.3-70B FP8 on 2 x H100 (input, output, TTFT ms,
+# ITL ms): one client, so the TTFT is one prefill plus the request's host time and the ITL one
+# decode step at about the prompt plus half the output of context.
+NIM_C1 = [(5000, 500, 406.77, 18.58), (500, 2000, 47.77, 18.91), (200, 200, 31.22, 18.80),
+          (1000, 1000, 82.46, 18.67), (20000, 2000, 1833.01, 19.58)]
+
+
+def nim_points(model: str) -> list[Published]:
+    """TTFT (prefill) and ITL (decode) of each NIM concurrency-1 row: N1-N5 and N6-N10."""
+    common = dict(model=model, device="H100", num_devices=2, tp_size=2, num_queries=1, quantize_linear_action="FP8",
+                  engine="trtllm")
+    ttft = [Published(f"N{i}", f"Llama-3.3-70B FP8, 2 x H100 TP2, {isl:,} tokens", measured, "prefill",
+                      "client TTFT; engine taken as TRT-LLM (unnamed)", NIM_180,
+                      simulated("ttft_ms", **common, query_length=isl))
+            for i, (isl, _, measured, _) in enumerate(NIM_C1, 1)]
+    itl = [Published(f"N{i}", f"Llama-3.3-70B FP8, 2 x H100 TP2, context {isl + osl // 2:,}", measured, "decode",
+                     "client ITL; engine taken as TRT-LLM (unnamed)", NIM_180,
+                     simulated("tpot_ms", **common, decode=True, context_length=isl + osl // 2))
+           for i, (isl, osl, _, measured) in enumerate(NIM_C1, len(NIM_C1) + 1)]
+    return ttft + itl
+
+
 def sglang_c1(model: str, device: str, tp: int, ran: str, *, prompt: int | None = None, context: int | None = None,
               prefill_graph: str | None = None) -> Callable[[], float]:
     """One request at a time through sglang ``ran`` (the version that measured): the client TTFT
@@ -197,14 +221,7 @@ def points(root: Path) -> list[Published]:
                   trtllm_prefill(l70, "H200", 4, 128)),
         Published("T8", "Llama-2-70B FP8, 4 x H200 TP4, 2,048 tokens", 103.0, "prefill", "in-engine", TRTLLM_090,
                   trtllm_prefill(l70, "H200", 4, 2048)),
-        Published("N1", "Llama-3.3-70B FP8, 2 x H100 TP2, 5,000 tokens", 406.77, "prefill",
-                  "client TTFT; engine taken as TRT-LLM (unnamed)", NIM_180,
-                  simulated("ttft_ms", model=llama70, device="H100", num_devices=2, tp_size=2, num_queries=1,
-                            query_length=5000, quantize_linear_action="FP8", engine="trtllm")),
-        Published("N2", "Llama-3.3-70B FP8, 2 x H100 TP2, 500 tokens", 47.77, "prefill",
-                  "client TTFT; engine taken as TRT-LLM (unnamed)", NIM_180,
-                  simulated("ttft_ms", model=llama70, device="H100", num_devices=2, tp_size=2, num_queries=1,
-                            query_length=500, quantize_linear_action="FP8", engine="trtllm")),
+        *nim_points(llama70),
         Published("C1", "DeepSeek-R1 FP8, 8 x B200 TP8, 610 tokens", 153.00, "prefill", "client TTFT, mean",
                   COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, "0.5.6.post1", prompt=610)),
         Published("C2", "DeepSeek-R1 FP8, 8 x B200 TP8, 4,194 tokens", 165.91, "prefill", "client TTFT, mean",

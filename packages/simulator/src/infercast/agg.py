@@ -208,23 +208,26 @@ def _meets(point: ServingPoint, ttft_slo_s: float | None, tpot_slo_s: float | No
 
 def closed_loop(cost: GridCost, engine: EnginePolicy, lengths: LengthDist, clients: float,
                 percentile: float, others: float | None = None) -> ServingPoint:
-    """``clients`` each sending a request when the last finished. The rate is the open-loop
-    model's at which the requests in the system (rate x (TTFT + decode time)) equal the clients,
-    a stated approximation of the closed loop. TTFT and TPOT are what a request meets: by the
-    arrival theorem of closed queueing networks, the steady state of the ``others`` clients
-    alone (default ``clients - 1``; a share of them when DP ranks split the clients), so a lone
-    client's prompt finds the engine idle and no other prompt comes between its tokens."""
+    """``clients`` each sending a request when the last finished, priced by mean-value analysis
+    on the open-loop model. What a request meets: by the arrival theorem of closed queueing
+    networks, the steady state of the ``others`` clients alone (default ``clients - 1``; a share
+    of them when DP ranks split the clients), so a lone client's prompt finds the engine idle
+    and no other prompt comes between its tokens (its own decode, one request, is the smallest
+    step; with more clients the request itself is left out of the batch it decodes in, a small
+    error on weight-bound steps). Clients the engine cannot hold (the open-loop point with all of
+    them in the system is past the running-request limit or the prompt queue's capacity) wait
+    for a slot: (clients - held) / rate more TTFT, Little's law on the waiting clients. The rate
+    is the clients over that response time (slot wait + TTFT + decode time)."""
     decode_tokens = lengths.mean(lambda i, o: max(0, o - 1))
 
-    def in_system(rate: float) -> float:
-        p = steady_state(cost, engine, lengths, rate, percentile)
-        return rate * (p.ttft_mean_s + decode_tokens * p.tpot_s) if p.stable else math.inf
+    def held(p: ServingPoint) -> float:
+        return p.rate * (p.ttft_mean_s + decode_tokens * p.tpot_s) if p.stable else math.inf
 
     def rate_for(n: float) -> float:
         lo, hi = 0.0, engine.chunk / (lengths.mean_input * cost(0, engine.chunk))
         for _ in range(60):
             mid = 0.5 * (lo + hi)
-            lo, hi = (mid, hi) if in_system(mid) < n else (lo, mid)
+            lo, hi = (mid, hi) if held(steady_state(cost, engine, lengths, mid, percentile)) < n else (lo, mid)
         return max(lo, 1e-9)
 
     point = steady_state(cost, engine, lengths, rate_for(clients), percentile)
@@ -232,7 +235,10 @@ def closed_loop(cost: GridCost, engine: EnginePolicy, lengths: LengthDist, clien
                         percentile)
     if not (point.stable and seen.stable):
         return point
-    return replace(point, ttft_mean_s=seen.ttft_mean_s, ttft_p_s=seen.ttft_p_s, tpot_s=seen.tpot_s)
+    slot_wait = max(0.0, clients - held(point)) / point.rate
+    response = slot_wait + seen.ttft_mean_s + decode_tokens * seen.tpot_s
+    return replace(point, rate=clients / response, ttft_mean_s=seen.ttft_mean_s + slot_wait,
+                   ttft_p_s=seen.ttft_p_s + slot_wait, tpot_s=seen.tpot_s)
 
 
 def evaluate_agg(planner: Planner, pricer: StepPricer, layout: Layout, quant: str | None, batch: int,
@@ -288,8 +294,9 @@ def serving_notes(planner: Planner, disagg: Any = None) -> list[str]:
     if options.request_rate is not None:
         load = f"Poisson arrivals at {options.request_rate:g} requests/s"
     elif options.concurrency is not None:
-        load = (f"{options.concurrency} clients in a closed loop, priced as Poisson arrivals at the rate that "
-                f"keeps {options.concurrency} requests in the system")
+        load = (f"{options.concurrency} clients in a closed loop (mean-value analysis on the open-loop model: "
+                f"a request meets the other {options.concurrency - 1}, and waits for a slot if the engine "
+                f"cannot hold all {options.concurrency})")
     else:
         load = (f"Poisson arrivals at the largest rate that meets the targets, the prompt queue at most "
                 f"{MAX_UTILISATION:.0%} busy")

@@ -348,11 +348,12 @@ def steady_state(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, rate
     step x k))`` (``u`` = prompt tokens per step / the room R a step has for them, the chunk less
     its decodes under ``mixed``; ``k`` = steps one prompt needs at R): at
     light load a step is busy when a request arrived during the one before. TTFT = the rest of
-    the step in progress (a length-biased pick of a busy or idle step, uniform within it) + the
-    wait for backlog (M/G/1 on prompt tokens at ``chunk`` per full step, less the decodes it
-    carries under ``mixed``: Pollaczek-Khinchine
-    mean, zero with probability ``1 - rho`` else exponential) + the request's own steps (full
-    ones, then the last, shared with the prompt tokens that arrive in a step)."""
+    the step in progress (a length-biased pick of a busy or decode step, uniform within it; with
+    fewer than one request decoding on average, a decode step only that share of the time, else
+    none) + the wait for backlog (M/G/1 on prompt tokens at ``chunk`` per full step, less the
+    decodes it carries under ``mixed``: Pollaczek-Khinchine mean, zero with probability
+    ``1 - rho`` else exponential) + the request's own steps (full ones, then the last, shared
+    with the prompt tokens that arrive in a step), each carrying the decodes a prompt meets."""
     C, a = engine.chunk, engine.tokens_per_step
     mixed = engine.policy == "mixed"
     mean_in = lengths.mean_input
@@ -374,7 +375,7 @@ def steady_state(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, rate
             B = rate * decode_steps * (step / (1.0 - p) if p < 1.0 else math.inf)
         c_busy = min(room, tokens / p) if p > 0 else 0.0
         seen = max(1.0, B)  # a decoding request's step holds at least itself
-        idle = cost(seen, 0) if B > 0 else 0.0
+        idle = cost(seen, 0)
         busy = cost(seen if mixed else 0, c_busy) if c_busy > 0 else idle
         return (1 - p) * idle + p * busy, B, p, c_busy, idle, busy
 
@@ -385,28 +386,29 @@ def steady_state(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, rate
         return ServingPoint(rate, False, math.inf, math.inf, math.inf, math.inf, math.inf, percentile, math.inf,
                             C, 1.0, math.inf)
     step, B, p, c_busy, idle, busy = point(step)
+    # A prompt meets other requests decoding a share w of the time: with B < 1 decoding on
+    # average, some decode runs w = B of the time and the engine idles otherwise (the cost's
+    # smallest batch, one request, is what a decoding request itself sees).
+    w = min(1.0, B)
+
+    def beside(tokens: float) -> float:
+        """A step of ``tokens`` prompt tokens as a prompt meets it (the decodes it carries)."""
+        if not mixed:
+            return cost(0, tokens)
+        return cost(B, tokens) if w == 1.0 else w * cost(1, tokens) + (1 - w) * cost(0, tokens)
+
     room = C - B if mixed else C  # prompt tokens a full step takes
-    full = cost(B if mixed else 0, room)
+    full = beside(room)
     rho = rate * mean_in * full / room
     tpot = (step if mixed else step / max(1e-12, 1.0 - p)) / a
     probs = lengths.probabilities
 
     arriving = rate * mean_in * step  # prompt tokens of others that share a request's last step
-    # An arrival meets other requests decoding in a share w of the time: B < 1 decoding on
-    # average means some decode step runs w = B of the time and the engine idles otherwise (the
-    # cost's smallest batch, one request, is what a decoding request itself sees).
-    w = min(1.0, B)
-
-    def beside(tokens: float) -> float:
-        """A step of ``tokens`` prompt tokens as an arrival's prompt meets it."""
-        if not mixed:
-            return cost(0, tokens)
-        return cost(B, tokens) if w == 1.0 else w * cost(1, tokens) + (1 - w) * cost(0, tokens)
 
     def own(i: int) -> float:
         k = _ceil_steps(i, room)
         last = min(room, i - (k - 1) * room + arriving)
-        return (k - 1) * (full if w == 1.0 else beside(room)) + beside(last)
+        return (k - 1) * full + beside(last)
 
     in_system = sum(q * own(i) for (i, _, _), q in zip(lengths.rows, probs)) + decode_steps * tpot * a
     admission = rate * in_system / engine.max_running
@@ -546,7 +548,8 @@ def rate_at_utilisation(cost: StepCost, engine: EnginePolicy, lengths: LengthDis
 @dataclass
 class SimulatedRun:
     rate: float
-    """Requests per second: the Poisson rate, or with clients the completions over the run."""
+    """Requests per second: the Poisson rate, or with clients the completions between the warm-up's
+    last and the last request sent."""
     requests: int
     ttft_s: list[float] = field(default_factory=list)
     tpot_s: list[float] = field(default_factory=list)
@@ -577,6 +580,8 @@ def simulate_engine(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, r
     planner mixes only without speculation)."""
     if (rate is None) == (clients is None):
         raise ValueError("simulate_engine needs a rate or a number of clients, not both")
+    if clients is not None and (isinstance(clients, bool) or not isinstance(clients, int) or clients < 1):
+        raise ValueError(f"simulate_engine needs a whole number of clients >= 1, got {clients!r}")
     rng = random.Random(seed)
     probs = lengths.probabilities
     rows = [(i, o) for i, o, _ in lengths.rows]
@@ -602,13 +607,20 @@ def simulate_engine(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, r
     finish_at: list[tuple[int, int]] = []  # heap (decode step count at which it finishes, request)
     running = 0
     nxt, now, done = 0, 0.0, 0
+    # the closed loop's rate: completions from the warm-up's last to the last request sent, when
+    # every client still has one in flight (before that the start, after it the drain)
+    window = [0.0, 0, 0.0, 0]  # start time, completions then, end time, completions then
 
     def leave(r: int) -> None:
         nonlocal running, done
         running -= 1
         done += 1
+        if done == warmup:
+            window[:2] = now, done
         if clients is not None and len(arrivals) < requests:
             arrivals.append((now, *draw()))  # its client sends the next request
+            if len(arrivals) == requests:
+                window[2:] = now, done
 
     while done < requests:
         while nxt < len(arrivals) and arrivals[nxt][0] <= now:
@@ -660,5 +672,6 @@ def simulate_engine(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, r
             else:
                 heapq.heappush(finish_at, (decode_steps_done + math.ceil(remaining / a), r))
     if clients is not None:
-        run.rate = done / now if now > 0 else 0.0
+        start, before, end, after = window
+        run.rate = (after - before) / (end - start) if end > start else 0.0
     return run

@@ -312,8 +312,12 @@ def serving_notes(planner: Planner, disagg: Any = None) -> list[str]:
     if r.mode in ("agg", "both"):
         notes.append(f"aggregated: decodes and prompt chunks share each step (sglang --enable-mixed-chunk); "
                      f"speculative configurations run prompt steps apart (sglang turns mixing off with speculation); "
-                     f"at most {ADMISSION_CEILING:.0%} of --max-running-requests in use on average (waits for a "
-                     f"free slot are not modelled)")
+                     f"at most {ADMISSION_CEILING:.0%} of --max-running-requests in use on average (at a given "
+                     f"rate, waits for a free slot are not modelled; with --concurrency, clients past the limit "
+                     f"wait for one)")
+        notes.append("TTFT under load runs low: published runs at 5-250 clients (NIM 1.8.0, sgl-cookbook) measured "
+                     "2-79% more than this model gives, for a cause not yet found; at one client it matches "
+                     "infercast simulate (benchmarks/serving_points.py, docs/fidelity.md 'Loaded serving')")
     if disagg is not None:
         notes.append("disaggregated: decode instances kept full at their batch (no wait for a decode slot in "
                      "TTFT); KV cache sent after the prefill over the scale-out network (TTFT includes it); "

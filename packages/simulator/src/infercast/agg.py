@@ -294,9 +294,10 @@ def serving_notes(planner: Planner, disagg: Any = None) -> list[str]:
     if options.request_rate is not None:
         load = f"Poisson arrivals at {options.request_rate:g} requests/s"
     elif options.concurrency is not None:
-        load = (f"{options.concurrency} clients in a closed loop (mean-value analysis on the open-loop model: "
-                f"a request meets the other {options.concurrency - 1}, and waits for a slot if the engine "
-                f"cannot hold all {options.concurrency})")
+        n = options.concurrency
+        load = ("one client in a closed loop: each request meets an idle engine" if n == 1 else
+                f"{n} clients in a closed loop (mean-value analysis on the open-loop model: a request meets the "
+                f"other {n - 1}, and waits for a slot if the engine cannot hold all {n})")
     else:
         load = (f"Poisson arrivals at the largest rate that meets the targets, the prompt queue at most "
                 f"{MAX_UTILISATION:.0%} busy")

@@ -75,7 +75,8 @@ SOURCES = {
                   "--max-concurrency 1, 10 prompts) on 8 x MI300X with SGLang 0.5.7, --tp 8: "
                   "deepseek-ai/DeepSeek-V3.1 (page DeepSeek-V3_1.md) and moonshotai/Kimi-K2-Instruct (ROCm image "
                   "v0.5.7-rocm700-mi30x, SGLANG_ROCM_FUSED_DECODE_MLA=0; page Moonshotai/Kimi-K2.md). The "
-                  "MI300X profile has no ROCm kernel table: every operator is analytic, with H100's fixed costs",
+                  "MI300X profile has no ROCm kernel table: every operator is analytic, with H100's per-kernel fixed "
+                  "costs and a measured smallest all-reduce",
     SGLANG_PR: "sgl-project/sglang PR 13466 (2025-11-18, 'Support Kimi-K2 (non-Thinking)' for piecewise CUDA "
                "graphs), the 'After' table: moonshotai/Kimi-K2-Instruct-0905 --tp 8 --enable-piecewise-cuda-graph, "
                "sglang.bench_serving random 1,024 in / 16 out, range ratio 1.0, 16 prompts at --max-concurrency 1. "
@@ -306,7 +307,7 @@ def main() -> int:
     for kind, values in errors.items():
         console.print(f"median |error| over the {kind} points: {statistics.median(values):.1%} ({len(values)} points)")
     console.print(f"left out of the medians: the MI300X points (A1-A{len(apart)}), median |error| "
-                  f"{statistics.median(apart):.1%}: analytic with H100's fixed costs, no ROCm kernel data")
+                  f"{statistics.median(apart):.1%}: analytic with H100's per-kernel fixed costs, no ROCm kernel data")
     for key, text in SOURCES.items():
         console.print(f"{key}: {text}")
     return 0

@@ -167,19 +167,17 @@ M1_LOADED = [(14.09, {"tpot_ms": 53.25, "ttft_ms": 374.30, "output_tok_s": 258.1
 
 def m1_loaded_rows():
     """(mean concurrency, measured, simulated TPOT ms, mean TTFT ms, output tok/s) per run."""
-    from infercast.plan import Planner, PlanRequest
-    from infercast.serving import LengthDist, ServingOptions
+    from infercast.plan import PlanRequest
+    from infercast.serving import ServingOptions
 
-    # uniform 1-1000 in and out, as fifty-token buckets
-    lengths = LengthDist(tuple((i, o, 1.0) for i in range(25, 1000, 50) for o in range(25, 1000, 50)),
-                         "uniform 1-1000 in and out")
+    from serving_points import UNIFORM_1K, tp_only
+
     rows = []
     for concurrency, measured in M1_LOADED:
         request = PlanRequest(model="moonshotai/Kimi-K2.5", device="H200", num_devices=(8,),
                               batches=(128,), speculative=(), all_reduce_fusion=M1_FUSION,
-                              serving=ServingOptions(concurrency=round(concurrency), lengths=lengths))
-        plan = Planner(request).run()
-        tp8 = next(c for c in plan.configs if (c.layout.tp, c.layout.dp, c.layout.ep) == (8, 1, 1))
+                              serving=ServingOptions(concurrency=round(concurrency), lengths=UNIFORM_1K))
+        tp8 = tp_only(request, 8)
         rows.append((concurrency, measured, tp8.tpot_ms, tp8.serving["ttft_mean_ms"],
                      tp8.tokens_per_s_per_device * tp8.layout.num_devices))
     return rows

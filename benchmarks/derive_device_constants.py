@@ -24,6 +24,10 @@ from this script; run it to check them: .venv/bin/python benchmarks/derive_devic
   graphs);
 - link efficiency: custom all-reduce over 8 GPUs at the largest message, bus bandwidth
   2 (n - 1) / n x bytes / time over the NVLink peak; all-reduce floor: its smallest message.
+
+The tables have no dense weight-only int4 GEMM; Marlin's figure on sm_90 (``MARLIN_SM90``) is a
+line time = fixed + bytes / (efficiency x HBM peak) through four published one-row Marlin
+timings on an H200, fitted to their relative error (:data:`MARLIN_H200`).
 """
 
 from __future__ import annotations
@@ -47,6 +51,31 @@ def fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
     my = sum(y for _, y in points) / n
     slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
     return slope, my - slope * mx
+
+
+def fit_relative(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Slope and intercept of the line minimising the squared relative error of y (a least-squares
+    fit weighted by 1 / y^2)."""
+    w = [1 / y**2 for _, y in points]
+    sw, sx, sy = sum(w), sum(wi * x for wi, (x, _) in zip(w, points)), sum(wi * y for wi, (_, y) in zip(w, points))
+    sxx = sum(wi * x * x for wi, (x, _) in zip(w, points))
+    sxy = sum(wi * x * y for wi, (x, y) in zip(w, points))
+    slope = (sw * sxy - sx * sy) / (sw * sxx - sx * sx)
+    return slope, (sy - slope * sx) / sw
+
+
+MARLIN_H200 = [((8192, 8192), 20.3), ((8192, 16384), 38.1), ((7168, 20480), 40.6), ((8192, 81920), 138.4)]
+"""vLLM's Marlin W4A16 GEMM (group 128) at one row on an H200: (n, k) and CUPTI kernel time in us
+(tile-ai/TileOPs PR 1874, its 'Marlin' column)."""
+
+
+def marlin_stream(device) -> tuple[float, float, list[float]]:
+    """Marlin's streaming efficiency, fixed time (s) and each point's relative error, counting
+    what infercast's W4A16 GEMM reads: int4 weights, bf16 scales per 128 inputs, the activations."""
+    points = [(0.5 * n * k + 2 * n * k / 128 + 2 * k + 2 * n, us * 1e-6) for (n, k), us in MARLIN_H200]
+    slope, intercept = fit_relative(points)
+    return (1 / slope / device.hbm_bandwidth_bytes_per_s, intercept,
+            [(intercept + slope * b) / t - 1 for b, t in points])
 
 
 def attention_fixed(device, system: str, version: str) -> tuple[list[float], list[float]]:
@@ -133,6 +162,10 @@ def main() -> int:
             print(f"  link: all-reduce of {size / 2**20:.0f} MiB on 8 GPUs, bus {bus / 1e9:.0f} GB/s = "
                   f"{bus / device.scale_up_bandwidth_bytes_per_s:.3f} of NVLink; floor {points[0][1]:.2f} us "
                   f"at {points[0][0][0]:.0f} bytes")
+    h200 = next(d for d in BUILTIN_DEVICES if d.name == "H200")
+    memory, fixed, errors = marlin_stream(h200)
+    print(f"== Marlin W4A16 on sm_90 (H200, TileOPs PR 1874): {memory:.3f} of HBM peak + {fixed * 1e6:.2f} us; "
+          f"points within {max(map(abs, errors)):.1%}")
     return 0
 
 

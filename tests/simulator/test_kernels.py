@@ -9,6 +9,8 @@ import math
 import pytest
 from infercast_adapters import InfercastError
 
+from infercast.analytic import kernel_time
+from infercast.cost import cost_of
 from infercast.costmodel import CostModel, Phase
 from infercast.devices import BUILTIN_DEVICES
 from infercast.kernels import aiconfigurator as aic
@@ -152,6 +154,37 @@ def test_the_engines_host_time_is_one_row_per_step() -> None:
     request = [op for op in prefill.ops if op.name.startswith("request:")]
     assert len(request) == 1 and prefill.ttft_ms == pytest.approx(prefill.step_latency_ms + request[0].total_ms)
     assert request[0].total_ms == pytest.approx(engine_named("sglang").request.at(1000) * 1e3)
+
+
+def int4_gemm(m: int, n: int, k: int) -> OpRecord:
+    """A W4A16 GEMM as infercast traces it: int4 weights packed in int32, bf16 scales per 128 inputs."""
+    import torch
+
+    x, out = TensorSpec((m, k), torch.bfloat16), TensorSpec((m, n), torch.bfloat16)
+    w, scale = TensorSpec((n, k // 8), torch.int32, "weight"), TensorSpec((n, k // 128), torch.bfloat16, "weight")
+    return OpRecord("infercast::quant_gemm", (x, w, scale, n, "w4a16"), (out,), "layers.0.mlp.down_proj", 0,
+                    named={"x": x, "weight_packed": w, "scale": scale, "out_features": n, "dtype": "w4a16"})
+
+
+def test_a_dense_int4_gemm_streams_at_marlins_figure_where_the_engine_runs_marlin() -> None:
+    h200 = DEVICES["H200"]
+    record = int4_gemm(1, 8192, 8192)
+    read = 8192 * 8192 / 2 + 8192 * 64 * 2 + 2 * 8192 * 2  # int4 weights, group scales, activations
+    marlin = h200.efficiency.streams["marlin"]
+    sglang = CostModel(h200, "sglang").price(record, DECODE)
+    assert sglang.source == "analytic" and sglang.origin.endswith("; marlin stream")
+    assert sglang.seconds == pytest.approx(marlin.fixed_s + read / (4.8e12 * marlin.memory))
+    assert sglang.seconds == pytest.approx(20.3e-6, rel=0.1)  # the H200 timing the figure was fitted to
+    # TensorRT-LLM runs its own weight-only kernels: the device's generic roofline, faster
+    trtllm = CostModel(h200, "trtllm").price(record, DECODE)
+    assert "marlin" not in trtllm.origin
+    assert trtllm.seconds == pytest.approx(kernel_time(cost_of(record), h200).seconds)
+    assert trtllm.seconds < sglang.seconds
+    # no figure off sm_90 (A100 is Marlin's own architecture; MI300X runs no Marlin), none for bf16
+    for device in ("A100", "MI300X"):
+        assert "marlin" not in CostModel(DEVICES[device], "sglang").price(record, DECODE).origin
+    assert "marlin" not in CostModel(h200, "sglang", measured=False).price(gemm(1, 8192, 8192), DECODE).origin
+    assert DEVICES["H20"].efficiency.streams["marlin"] is marlin and DEVICES["H100"].efficiency.streams["marlin"] is marlin
 
 
 def test_converted_tables_are_cached_and_a_bad_cache_file_is_rebuilt(tmp_path, monkeypatch) -> None:

@@ -19,6 +19,9 @@ A kernel's time is
   softmax pipeline's ramp), what the device's small measured decode attentions take beyond their
   roofline, and MLA decode's its own again (``mla_attention_fixed``).
 
+A weight-only GEMM whose kernel family the device has its own streaming figure for (Marlin on
+sm_90: :attr:`~infercast.devices.Efficiency.streams`) streams and pays its fixed time at that.
+
 The kernel is ``latency`` bound when its fixed time exceeds the roofline, else ``compute``
 or ``memory`` bound. Collectives: :func:`collective_time`; EP all-to-all:
 :func:`deepep_volume`. Every constant is the device's (:class:`~infercast.devices.Efficiency`).
@@ -78,12 +81,15 @@ def compute_seconds(cost: OpCost, device: DeviceSpec) -> float:
     return cost.flops * pad / (peak * efficiency * use)
 
 
-def kernel_time(cost: OpCost, device: DeviceSpec) -> Timed:
-    """Roofline plus the per-kernel fixed time (see the module docstring)."""
+def kernel_time(cost: OpCost, device: DeviceSpec, kernel: str | None = None) -> Timed:
+    """Roofline plus the per-kernel fixed time (see the module docstring); a GEMM of a kernel
+    family the device has its own streaming figure for (``kernel``: ``marlin``) streams and
+    pays its fixed time at that figure instead."""
+    stream = device.efficiency.streams.get(kernel) if kernel else None
     compute = compute_seconds(cost, device)
-    memory = cost.bytes / (device.hbm_bandwidth_bytes_per_s * device.efficiency.memory)
+    memory = cost.bytes / (device.hbm_bandwidth_bytes_per_s * (stream.memory if stream else device.efficiency.memory))
     roof = max(compute, memory)
-    fixed = device.efficiency.fixed_s(cost.kind) * cost.kernels
+    fixed = (stream.fixed_s if stream else device.efficiency.fixed_s(cost.kind)) * cost.kernels
     bound = "latency" if fixed > roof else ("compute" if compute >= memory else "memory")
     return Timed(roof + fixed, bound)
 

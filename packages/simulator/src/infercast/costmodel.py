@@ -123,10 +123,17 @@ class CostModel:
             found = self._cache[key] = self._price(record, phase)
         return found
 
+    def dense_kernel(self, cost: OpCost) -> str | None:
+        """The weight-only kernel family the engine runs a dense GEMM in, where the device has
+        its own figure for it (else None: the generic roofline)."""
+        kernel = self.engine.dense_kernels.get(cost.kernel_dtype) if cost.kind == "gemm" else None
+        return kernel if kernel in self.device.efficiency.streams else None
+
     def _price(self, record: OpRecord, phase: Phase) -> Priced:
         cost = cost_of(record)
+        kernel = self.dense_kernel(cost)
         timed = (analytic.collective_time(cost, self.device, phase.scale_up_domain) if cost.collective
-                 else analytic.kernel_time(cost, self.device))
+                 else analytic.kernel_time(cost, self.device, kernel))
         if cost.collective and cost.group_size <= 1:
             return Priced(0.0, "communication", "measured", "no peers")
         query = table_query(record, cost, self, phase)
@@ -140,7 +147,8 @@ class CostModel:
                         query.scaled_quality)
                     return Priced(answer.value * query.scale * 1e-6, timed.bound, quality,
                                   f"{query.kind} {source.origin_of(query)}")
-        return Priced(timed.seconds, timed.bound, ANALYTIC, _why_analytic(record, query, self))
+        why = _why_analytic(record, query, self)
+        return Priced(timed.seconds, timed.bound, ANALYTIC, f"{why}; {kernel} stream" if kernel else why)
 
 
 def _record_key(record: OpRecord, phase: Phase) -> tuple:

@@ -21,6 +21,30 @@ T = 1e12
 
 
 @dataclass(frozen=True)
+class KernelStream:
+    """How one weight-only kernel family streams its weights on a device, where it differs from
+    the device's generic streaming figure: a GEMM of that family with few rows takes
+    ``fixed_s + bytes / (HBM peak x memory)``."""
+
+    memory: float
+    """Achieved / peak HBM bandwidth (the slope)."""
+    fixed_s: float
+    """Time on top of the stream (the intercept)."""
+    source: str
+
+
+MARLIN_SM90 = KernelStream(
+    memory=0.520, fixed_s=7.67e-6,
+    source="vLLM's Marlin W4A16 GEMM (int4, group 128) at one row on an H200, CUPTI kernel times: 20.3 us for "
+    "8192 x 8192, 38.1 us for 8192 x 16384, 40.6 us for 7168 x 20480 and 138.4 us for 8192 x 81920 (tile-ai/TileOPs "
+    "PR 1874, the 'Marlin' column); over the int4 weights, their bf16 group scales and the activations, a "
+    "least-squares fit of relative error gives 7.67 us + 0.520 of peak bandwidth, each point within 7% "
+    "(benchmarks/derive_device_constants.py). Marlin is an Ampere kernel (mma.sync, cp.async) that sm_90 does not "
+    "keep streaming: on an H100 it took 0.46 of a bf16 GEMV's time for 8192 x 8192 at one row while moving 0.25 of "
+    "its bytes (inclusionAI/humming PR 2). Taken for every sm_90 device")
+
+
+@dataclass(frozen=True)
 class Efficiency:
     """What the analytic model assumes a device achieves, each figure measured somewhere.
 
@@ -55,6 +79,9 @@ class Efficiency:
     mla_attention_fixed_s: float | None = None
     """The same for MLA decode attention over a latent cache (FA3's MLA path, FlashMLA), which
     pays more again on Hopper. None: ``attention_fixed_s``."""
+    streams: Mapping[str, KernelStream] = field(default_factory=dict)
+    """Weight-only GEMM kernel families (``marlin``) measured to stream their weights
+    differently from ``memory`` and ``kernel_fixed_s``; a family not listed streams at those."""
 
     def gemm_efficiency(self, kernel_dtype: str, compute_dtype: str) -> float:
         return self.gemm.get(kernel_dtype) or self.gemm.get(compute_dtype) or self.gemm["bf16"]
@@ -73,14 +100,14 @@ AIC = "aiconfigurator-core 0.12.0 tables ({system}, sglang {version}), derived b
 HOPPER_H100 = Efficiency(
     gemm={"bf16": 0.724, "fp8": 0.514, "fp8_block": 0.619, "int8": 0.514}, attention=0.575, memory=0.858,
     kernel_fixed_s=3.01e-6, attention_fixed_s=9.98e-6, mla_attention_fixed_s=15.88e-6, link=1.04, scale_out=0.8,
-    collective_floor_s=4.82e-6,
+    collective_floor_s=4.82e-6, streams={"marlin": MARLIN_SM90},
     source=AIC.format(system="h100_sxm", version="0.5.14") + "; int8 assumed at the fp8 rate (same tensor-core "
     "peak on sm_90, no int8 table); link above 1: NVLink SHARP reduces in the switch",
 )
 HOPPER_H200 = Efficiency(
     gemm={"bf16": 0.693, "fp8": 0.560, "fp8_block": 0.606, "int8": 0.560}, attention=0.559, memory=0.845,
     kernel_fixed_s=3.02e-6, attention_fixed_s=10.35e-6, mla_attention_fixed_s=16.20e-6, link=1.038, scale_out=0.8,
-    collective_floor_s=3.47e-6,
+    collective_floor_s=3.47e-6, streams={"marlin": MARLIN_SM90},
     source=AIC.format(system="h200_sxm", version="0.5.14") + "; int8 assumed at the fp8 rate (same tensor-core "
     "peak on sm_90, no int8 table); link above 1: NVLink SHARP reduces in the switch",
 )
@@ -95,7 +122,7 @@ BLACKWELL_B200 = Efficiency(
     source=AIC.format(system="b200_sxm", version="0.5.14") + "; fp4 has no table and uses the bf16 figure",
 )
 MI300X_MEASURED = replace(
-    HOPPER_H100, gemm={"bf16": 0.54, "fp8": 0.49}, collective_floor_s=14.81e-6,
+    HOPPER_H100, gemm={"bf16": 0.54, "fp8": 0.49}, collective_floor_s=14.81e-6, streams={},
     source="GEMMs: AMD's max-achievable FLOPs with hipBLASLt on an MI300X, bf16 708 TFLOP/s = 0.54 of 1307 and fp8 "
     "1273 = 0.49 of 2615 (ROCm blogs, 'Measuring max-achievable FLOPs, part 2', 2025-02-28). Smallest all-reduce: "
     "14.81 us for 32 KiB of fp16 over 8 x MI300X with MK1 QuickReduce, RCCL 16.22 us (mk1-project/quickreduce "
@@ -103,7 +130,7 @@ MI300X_MEASURED = replace(
     "found: those are the H100 figures, an assumption: " + HOPPER_H100.source,
 )
 ASCEND_A3_MEASURED = replace(
-    HOPPER_H100, gemm={"bf16": 0.89, "fp16": 0.89},
+    HOPPER_H100, gemm={"bf16": 0.89, "fp16": 0.89}, streams={},
     source="GEMMs: an Ascend 910B2 ran a 4096^3 bf16 torch matmul at 315 TFLOP/s (community data, "
     "zzc0721/torch-performance-test-data issue #109), 0.89 of the 354 TFLOP/s bf16 of an A3 die; assumed to "
     "carry over to the A3 die. No Ascend attention, memory or collective measurement was found: those are the "
@@ -190,6 +217,8 @@ class DeviceSpec:
                 "mla_attention_fixed_us": self.efficiency.fixed_s("mla_attention") * 1e6,
                 "link": self.efficiency.link,
                 "collective_floor_us": self.efficiency.collective_floor_s * 1e6,
+                "streams": {name: {"memory": k.memory, "fixed_us": k.fixed_s * 1e6, "source": k.source}
+                            for name, k in self.efficiency.streams.items()},
                 "source": self.efficiency.source,
             },
             "sources": dict(self.sources),

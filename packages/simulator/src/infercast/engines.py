@@ -9,7 +9,7 @@ row in the output, with its source; none is folded into a kernel's efficiency.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from infercast_adapters import InfercastError
@@ -200,6 +200,10 @@ class Engine:
     """When the all-reduce and the norm after it run as one kernel (None: never modelled)."""
     pointwise: PointwiseFusions | None = None
     """Pointwise work the engine folds into its neighbours' kernels (None: each its own kernel)."""
+    dense_kernels: Mapping[str, str] = field(default_factory=dict)
+    """Dense weight-only GEMM kernel family by kernel dtype (``w4a16``: ``marlin``), priced at
+    the device's figure for that family where it has one
+    (:attr:`~infercast.devices.Efficiency.streams`)."""
 
     def spec_step(self) -> HostCost:
         """The host time a speculative cycle waits for."""
@@ -307,6 +311,8 @@ register(Engine(
     spec_overlap=False,
     step_without_overlap=replace(PYTHON_STEP_NO_OVERLAP, source="assumed for sglang (both engines process outputs "
                                  "per request in Python): " + PYTHON_STEP_NO_OVERLAP.source),
+    # GPTQ and AWQ checkpoints run through gptq_marlin / awq_marlin (sglang's only MPLinearKernel is Marlin)
+    dense_kernels={"w4a16": "marlin"},
 ))
 register(Engine(
     name="vllm", tables="vllm",
@@ -323,6 +329,9 @@ register(Engine(
     eager_launch=TORCH_EAGER, step=VLLM_STEP,
     request=replace(SGLANG_REQUEST, source="assumed equal to sglang's (both serve the OpenAI API from Python): "
                     + SGLANG_REQUEST.source),
+    # choose_mp_linear_kernel prefers Machete on sm_90 and Marlin elsewhere; below 32 rows Machete is no
+    # faster than Marlin (pytorch/FBGEMM PR 3259), so both are priced at Marlin's figure
+    dense_kernels={"w4a16": "marlin"},
 ))
 register(Engine(
     name="trtllm", tables="trtllm",

@@ -72,6 +72,9 @@ class Phase:
     """Under piecewise graphs: attention still launches eagerly between the captured pieces."""
 
 
+DENSE_GEMMS = ("infercast::gemm", "infercast::quant_gemm")
+
+
 class CostModel:
     """Prices :class:`OpRecord` s on one device for one engine (version), with an optional
     calibration file; answers are cached per distinct operator."""
@@ -123,15 +126,16 @@ class CostModel:
             found = self._cache[key] = self._price(record, phase)
         return found
 
-    def dense_kernel(self, cost: OpCost) -> str | None:
+    def dense_kernel(self, record: OpRecord, cost: OpCost) -> str | None:
         """The weight-only kernel family the engine runs a dense GEMM in, where the device has
-        its own figure for it (else None: the generic roofline)."""
-        kernel = self.engine.dense_kernels.get(cost.kernel_dtype) if cost.kind == "gemm" else None
+        its own figure for it (else None: the generic roofline). Fused MoE is not dense: its
+        kernels come from the MoE tables or the generic roofline."""
+        kernel = self.engine.dense_kernels.get(cost.kernel_dtype) if record.name in DENSE_GEMMS else None
         return kernel if kernel in self.device.efficiency.streams else None
 
     def _price(self, record: OpRecord, phase: Phase) -> Priced:
         cost = cost_of(record)
-        kernel = self.dense_kernel(cost)
+        kernel = self.dense_kernel(record, cost)
         timed = (analytic.collective_time(cost, self.device, phase.scale_up_domain) if cost.collective
                  else analytic.kernel_time(cost, self.device, kernel))
         if cost.collective and cost.group_size <= 1:

@@ -53,6 +53,17 @@ def test_small_m_pays_for_padded_tensor_core_rows() -> None:
     assert padded == pytest.approx(full)
 
 
+def test_weight_only_kernels_pad_rows_to_16_not_64() -> None:
+    """Marlin multiplies with mma.sync m16n8k16 (activations as the 16-row operand): a one-row
+    W4A16 GEMM computes 16 rows, where a bf16 GEMM on Hopper's wgmma computes 64."""
+    def compute(m: int, dtype: str) -> float:
+        return analytic.compute_seconds(cost_of(gemm_record(m, 8192, 8192, dtype)), H100)
+
+    one, sixteen, seventeen, thirty_two = (compute(m, "w4a16") for m in (1, 16, 17, 32))
+    assert one == pytest.approx(sixteen) and seventeen == pytest.approx(thirty_two) == pytest.approx(2 * sixteen)
+    assert compute(1, "bf16") == pytest.approx(compute(64, "bf16")) == pytest.approx(4 * sixteen)
+
+
 def test_fp4_weights_run_at_the_bf16_rate_where_there_are_no_fp4_tensor_cores() -> None:
     assert H200.peak("fp4") == H200.peak("bf16")  # Hopper dequantises MXFP4
     assert DEVICES["B200"].peak("fp4") == 9000e12

@@ -9,7 +9,8 @@ A kernel's time is
   reaches a lower share of its peak than a bf16 one), flash attention its own figure;
 - ``pad``: tensor cores compute 64 rows and 8 columns at a time, so a GEMM with m rows and n
   columns costs ceil(m / 64) x 64 rows and ceil(n / 8) x 8 columns of compute (the small-m and
-  small-n penalties); a grouped GEMM pads each expert's rows;
+  small-n penalties); a grouped GEMM pads each expert's rows; weight-only kernels (Marlin)
+  issue 16-row MMAs and pad to 16;
 - ``wave_use``: a GEMM's 128 x 128 output tiles are spread over the SMs. Hopper-era libraries
   split a partial last wave over all SMs (CUTLASS stream-K, cuBLAS split-K), so only a GEMM
   with fewer MAC-loop iterations than SMs can keep busy (too few tiles x k / 128 steps) loses
@@ -20,7 +21,8 @@ A kernel's time is
   roofline, and MLA decode's its own again (``mla_attention_fixed``).
 
 A weight-only GEMM whose kernel family the device has its own streaming figure for (Marlin on
-sm_90: :attr:`~infercast.devices.Efficiency.streams`) streams and pays its fixed time at that.
+sm_90: :attr:`~infercast.devices.Efficiency.streams`) streams at that figure, and its GEMM
+kernels pay that figure's fixed time (a fused MoE's other kernels keep the device's).
 
 The kernel is ``latency`` bound when its fixed time exceeds the roofline, else ``compute``
 or ``memory`` bound. Collectives: :func:`collective_time`; EP all-to-all:
@@ -42,6 +44,13 @@ TILE_M = TILE_N = TILE_K = 128
 MMA_ROWS, MMA_COLS = 64, 8
 """Rows and columns one tensor-core instruction computes on Hopper (wgmma m64nNk16, N a multiple
 of 8); fewer are padded."""
+WEIGHT_ONLY_MMA_ROWS = 16
+"""Rows a weight-only kernel pads to: Marlin and its MoE variant issue mma.sync m16n8k16 with the
+activations as the 16-row operand on every architecture, so a one-row GEMM computes 16 rows, not
+64. Marlin's time is flat from 1 to 16 rows and doubles by 64 (vllm-project/vllm PR 2497,
+IST-DASLab bench.py on an A100-class GPU: 0.14 ms for 1-16 rows, 0.29 ms at 64)."""
+WEIGHT_ONLY = frozenset({"w4a16", "w8a16", "mxfp4_w4a16"})
+"""Kernel dtypes that dequantize weights in registers and multiply bf16 activations."""
 
 
 @dataclass(frozen=True)
@@ -76,20 +85,23 @@ def compute_seconds(cost: OpCost, device: DeviceSpec) -> float:
     if cost.gemm_mnk is not None:
         m, n, k = cost.gemm_mnk
         if m > 0 and n > 0:
-            pad = math.ceil(m / MMA_ROWS) * MMA_ROWS / m * math.ceil(n / MMA_COLS) * MMA_COLS / n
+            rows = WEIGHT_ONLY_MMA_ROWS if cost.kernel_dtype in WEIGHT_ONLY else MMA_ROWS
+            pad = math.ceil(m / rows) * rows / m * math.ceil(n / MMA_COLS) * MMA_COLS / n
             use = wave_use(m, n, k, cost.gemm_count, device.sm_count)
     return cost.flops * pad / (peak * efficiency * use)
 
 
 def kernel_time(cost: OpCost, device: DeviceSpec, kernel: str | None = None) -> Timed:
-    """Roofline plus the per-kernel fixed time (see the module docstring); a GEMM of a kernel
-    family the device has its own streaming figure for (``kernel``: ``marlin``) streams and
-    pays its fixed time at that figure instead."""
+    """Roofline plus the per-kernel fixed time (see the module docstring); GEMMs of a kernel
+    family the device has its own streaming figure for (``kernel``: ``marlin``) stream at it,
+    and its GEMM kernels pay its fixed time."""
     stream = device.efficiency.streams.get(kernel) if kernel else None
     compute = compute_seconds(cost, device)
     memory = cost.bytes / (device.hbm_bandwidth_bytes_per_s * (stream.memory if stream else device.efficiency.memory))
     roof = max(compute, memory)
-    fixed = (stream.fixed_s if stream else device.efficiency.fixed_s(cost.kind)) * cost.kernels
+    fixed = device.efficiency.fixed_s(cost.kind) * cost.kernels
+    if stream:
+        fixed += (stream.fixed_s - device.efficiency.fixed_s(cost.kind)) * min(cost.gemm_kernels, cost.kernels)
     bound = "latency" if fixed > roof else ("compute" if compute >= memory else "memory")
     return Timed(roof + fixed, bound)
 

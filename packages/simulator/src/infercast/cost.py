@@ -40,6 +40,9 @@ class OpCost:
     attention efficiency, its own fixed time), ``memory`` (streaming kernels) or ``collective``."""
     kernels: int = 1
     """Kernels the operator launches (a fused MoE is several)."""
+    gemm_kernels: int = 1
+    """Of ``kernels``, those that run the GEMMs (a fused MoE's two expert GEMMs): a weight-only
+    kernel family's own figure (:attr:`~infercast.devices.Efficiency.streams`) sets their fixed time."""
     gemm_mnk: tuple[int, int, int] | None = None
     """One GEMM's (m, n, k), for tile quantisation (per expert for grouped GEMMs)."""
     gemm_count: float = 1.0
@@ -134,7 +137,8 @@ def _fused_moe(record: OpRecord) -> OpCost:
     activations = rows * hidden * act_bytes * 2 + rows * inter2 * act_bytes * 1.5
     per_expert_rows = max(1, round(rows / active)) if active else 1
     return OpCost(flops=flops, compute_dtype=COMPUTE_DTYPE[record["dtype"]], bytes=weights + activations, kind="gemm",
-                  kernel_dtype=record["dtype"], kernels=5, gemm_mnk=(per_expert_rows, inter2, hidden), gemm_count=active)
+                  kernel_dtype=record["dtype"], kernels=5, gemm_kernels=2, gemm_mnk=(per_expert_rows, inter2, hidden),
+                  gemm_count=active)
 
 
 @register_cost("infercast::quantize_activation")

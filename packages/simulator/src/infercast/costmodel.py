@@ -126,16 +126,21 @@ class CostModel:
             found = self._cache[key] = self._price(record, phase)
         return found
 
-    def dense_kernel(self, record: OpRecord, cost: OpCost) -> str | None:
-        """The weight-only kernel family the engine runs a dense GEMM in, where the device has
-        its own figure for it (else None: the generic roofline). Fused MoE is not dense: its
-        kernels come from the MoE tables or the generic roofline."""
-        kernel = self.engine.dense_kernels.get(cost.kernel_dtype) if record.name in DENSE_GEMMS else None
+    def stream_kernel(self, record: OpRecord, cost: OpCost) -> str | None:
+        """The weight-only kernel family the engine runs a GEMM in (a dense GEMM: the engine's
+        dense kernel for its dtype; a fused MoE without expert parallelism: its first MoE
+        kernel), where the device has its own streaming figure for it; else None."""
+        if record.name in DENSE_GEMMS:
+            kernel = self.engine.dense_kernels.get(cost.kernel_dtype)
+        elif record.name == "infercast::fused_moe" and record["local_experts"] == record["num_experts"]:
+            kernel = next(iter(self.engine.moe_kernels.get(cost.kernel_dtype, ())), None)
+        else:
+            kernel = None
         return kernel if kernel in self.device.efficiency.streams else None
 
     def _price(self, record: OpRecord, phase: Phase) -> Priced:
         cost = cost_of(record)
-        kernel = self.dense_kernel(record, cost)
+        kernel = self.stream_kernel(record, cost)
         timed = (analytic.collective_time(cost, self.device, phase.scale_up_domain) if cost.collective
                  else analytic.kernel_time(cost, self.device, kernel))
         if cost.collective and cost.group_size <= 1:

@@ -1,0 +1,113 @@
+"""infercast's price of single kernels against published kernel timings, where no measured table
+covers the kernel (aiconfigurator-core has no dense weight-only GEMM and no H20 data).
+
+Each row is one kernel as infercast traces it, priced by the engine that runs it through the
+same cost model `simulate` uses, against a timing published in a pull request:
+
+- vLLM's Marlin W4A16 GEMM at one row on an H200 (tile-ai/TileOPs PR 1874, CUPTI): the four
+  points the Marlin figure on sm_90 is fitted to, so in-sample;
+- the same kernel on an H100 at 1-4 rows (inclusionAI/humming PR 2, dense 8192 x 8192,
+  channelwise scales: its TFLOP/s column turned into time); out of sample, from a harness that
+  also times a bf16 GEMV at 0.69 of the H100's bandwidth, where cuBLAS reaches 0.86 in
+  aiconfigurator's tables;
+- vLLM's fused Marlin MoE (W4A16) on an H20, the 96 GB card (flagos-ai/FlagGems PR 3609, the
+  'vLLM' column; shapes M x E x K x N x top-k with K the hidden size and N the expert's
+  intermediate size; group size taken as 128), priced analytically: the H20 has no tables.
+
+Nothing here feeds the simulator. Run: .venv/bin/python benchmarks/kernel_points.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from infercast import routing
+from infercast.costmodel import CostModel, Phase
+from infercast.devices import BUILTIN_DEVICES
+from infercast.trace import OpRecord, TensorSpec
+
+DEVICES = {d.name: d for d in BUILTIN_DEVICES}
+DECODE = Phase(graph=True, decode=True, scale_up_domain=8)
+BF16 = torch.bfloat16
+GROUP = 128
+
+TILEOPS = "tile-ai/TileOPs PR 1874 (H200, CUPTI; in-sample: the Marlin figure is fitted to these)"
+HUMMING = "inclusionAI/humming PR 2 (H100, dense 8192 x 8192, channelwise)"
+FLAGGEMS = "flagos-ai/FlagGems PR 3609 (H20 96 GB, vLLM's fused Marlin MoE)"
+
+# (rows, n, k, us)
+MARLIN_H200 = [(1, 8192, 8192, 20.3), (1, 8192, 16384, 38.1), (1, 7168, 20480, 40.6), (1, 8192, 81920, 138.4)]
+# (rows, TFLOP/s of marlin-w4a16) for n = k = 8192
+MARLIN_H100 = [(1, 4.98), (2, 10.02), (4, 19.85)]
+# (M, E, K, N, top-k, ms)
+MARLIN_MOE_H20 = [
+    (1, 8, 4096, 14336, 2, 0.144), (16, 8, 4096, 14336, 2, 0.457), (64, 8, 4096, 14336, 2, 1.206),
+    (1, 256, 7168, 2048, 8, 0.143), (16, 256, 7168, 2048, 8, 1.395), (64, 256, 7168, 2048, 8, 2.973),
+    (1, 512, 4096, 1024, 10, 0.084), (16, 512, 4096, 1024, 10, 0.599), (64, 512, 4096, 1024, 10, 1.498),
+    (256, 512, 4096, 1024, 10, 2.227), (1024, 512, 4096, 1024, 10, 5.646), (2048, 512, 4096, 1024, 10, 8.665),
+    (4096, 512, 4096, 1024, 10, 20.824),
+]
+
+
+def int4_gemm(m: int, n: int, k: int, group: int = GROUP) -> OpRecord:
+    """A dense W4A16 GEMM: int4 weights packed eight to an int32, bf16 scales per ``group`` inputs."""
+    x, out = TensorSpec((m, k), BF16), TensorSpec((m, n), BF16)
+    w, scale = TensorSpec((n, k // 8), torch.int32, "weight"), TensorSpec((n, k // group), BF16, "weight")
+    return OpRecord("infercast::quant_gemm", (x, w, scale, n, "w4a16"), (out,), "kernel", 0,
+                    named={"x": x, "weight_packed": w, "scale": scale, "out_features": n, "dtype": "w4a16"})
+
+
+def int4_moe(tokens: int, experts: int, hidden: int, inter: int, top_k: int) -> OpRecord:
+    """A fused W4A16 MoE over every expert on one GPU (no TP, no EP), balanced routing."""
+    x, out = TensorSpec((tokens, hidden), BF16), TensorSpec((tokens, hidden), BF16)
+    w13 = TensorSpec((experts, 2 * inter, hidden // 8), torch.int32, "weight")
+    s13 = TensorSpec((experts, 2 * inter, hidden // GROUP), BF16, "weight")
+    w2 = TensorSpec((experts, hidden, inter // 8), torch.int32, "weight")
+    s2 = TensorSpec((experts, hidden, inter // GROUP), BF16, "weight")
+    active = routing.expected_active_experts(experts, top_k, tokens, experts)
+    named = dict(x=x, w13=w13, w13_scale=s13, w2=w2, w2_scale=s2, tokens=tokens, top_k=top_k, num_experts=experts,
+                 local_experts=experts, routed_rows=float(tokens * top_k), active_experts=float(active),
+                 straggler=1.0, moe_tp=1, dtype="w4a16", distribution="balanced")
+    return OpRecord("infercast::fused_moe", tuple(named.values()), (out,), "kernel", 0, named=named)
+
+
+def rows() -> list[tuple[str, str, str, float, float, str]]:
+    """(source, kernel, origin, measured us, simulated us, shape) for every published timing."""
+    out = []
+    for device, engine, source, points in (
+            ("H200", "vllm", TILEOPS, [(int4_gemm(m, n, k), us, f"{m} x {n} x {k}") for m, n, k, us in MARLIN_H200]),
+            ("H100", "vllm", HUMMING, [(int4_gemm(m, 8192, 8192, group=8192), 2 * m * 8192 * 8192 / (tf * 1e12) * 1e6,
+                                        f"{m} x 8192 x 8192") for m, tf in MARLIN_H100]),
+            ("H20", "vllm", FLAGGEMS, [(int4_moe(m, e, k, n, top_k), ms * 1e3, f"{m} x {e} x {k} x {n} x {top_k}")
+                                       for m, e, k, n, top_k, ms in MARLIN_MOE_H20])):
+        model = CostModel(DEVICES[device], engine)
+        for record, measured_us, shape in points:
+            priced = model.price(record, DECODE)
+            kernel = "Marlin MoE" if record.name == "infercast::fused_moe" else "Marlin GEMM"
+            out.append((source, f"{kernel}, {device}", priced.origin, measured_us, priced.seconds * 1e6, shape))
+    return out
+
+
+def main() -> int:
+    console = Console(width=160)
+    table = Table(title="infercast vs published kernel timings (no measured table covers these kernels)")
+    for column in ("kernel", "shape", "measured us", "simulated us", "error", "priced as"):
+        table.add_column(column)
+    errors: dict[str, list[float]] = {}
+    for source, kernel, origin, measured, simulated, shape in rows():
+        error = simulated / measured - 1
+        errors.setdefault(source, []).append(abs(error))
+        table.add_row(kernel, shape, f"{measured:.1f}", f"{simulated:.1f}", f"{error:+.1%}", origin)
+    console.print(table)
+    for source, values in errors.items():
+        console.print(f"{source}: median |error| {statistics.median(values):.1%} over {len(values)} kernels")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -205,6 +205,17 @@ def test_an_int4_moe_no_table_covers_streams_at_marlins_figure_near_the_measured
         assert analytic.total_ms == pytest.approx(measured.total_ms, rel=0.2)
 
 
+def test_an_int4_moe_under_expert_parallelism_is_priced_from_the_marlin_tables_by_ep_size() -> None:
+    """No DeepEP kernel is measured for INT4 experts; sglang runs them through fused_marlin_moe
+    over the local experts, which the Marlin tables measure by expert-parallel size."""
+    from infercast.simulate import UserInput, simulate
+
+    result = simulate(UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=1, dp_size=8,
+                                ep_size=8, num_queries=64 * 8, decode=True, context_length=2000))
+    moe = next(op for op in result.ops if op.name.startswith("fused_moe"))
+    assert moe.source in ("measured", "interpolated") and moe.origin.startswith("moe sglang")
+
+
 def test_converted_tables_are_cached_and_a_bad_cache_file_is_rebuilt(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("INFERCAST_CACHE_DIR", str(tmp_path))
     version = aic.default_version("h100_sxm", "sglang")

@@ -128,11 +128,12 @@ class CostModel:
 
     def stream_kernel(self, record: OpRecord, cost: OpCost) -> str | None:
         """The weight-only kernel family the engine runs a GEMM in (a dense GEMM: the engine's
-        dense kernel for its dtype; a fused MoE without expert parallelism: its first MoE
-        kernel), where the device has its own streaming figure for it; else None."""
+        dense kernel for its dtype; a fused MoE: its first MoE kernel, which sglang keeps under
+        expert parallelism for INT4, fused_marlin_moe over the local experts), where the device
+        has its own streaming figure for it; else None."""
         if record.name in DENSE_GEMMS:
             kernel = self.engine.dense_kernels.get(cost.kernel_dtype)
-        elif record.name == "infercast::fused_moe" and record["local_experts"] == record["num_experts"]:
+        elif record.name == "infercast::fused_moe":
             kernel = next(iter(self.engine.moe_kernels.get(cost.kernel_dtype, ())), None)
         else:
             kernel = None
@@ -360,6 +361,9 @@ def _moe_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -
     rest = (record["distribution"], top_k, experts, hidden, inter, moe_tp)
     if local < experts:  # expert parallel: DeepEP's grouped GEMMs, low-latency layout in decode
         kernel = model.engine_kernel(dtype, rest, ("deepep_ll",) if phase.decode else ("deepep_normal",), only=True)
+        if kernel is None:  # none for this dtype: the engine's own kernel over its local experts, measured by
+            # expert-parallel size (sglang runs INT4 experts through fused_marlin_moe with an expert map)
+            kernel = model.engine_kernel(dtype, rest, only=True)
     else:
         kernel = model.engine_kernel(dtype, rest)
     if kernel is None:

@@ -27,7 +27,7 @@ from this script; run it to check them: .venv/bin/python benchmarks/derive_devic
 
 The tables have no dense weight-only int4 GEMM; Marlin's figure on sm_90 (``MARLIN_SM90``) is a
 line time = fixed + bytes / (efficiency x HBM peak) through four published one-row Marlin
-timings on an H200, fitted to their relative error (:data:`MARLIN_H200`).
+timings on an H200, fitted to their relative error (``kernel_points.MARLIN_H200``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import sys
 from dataclasses import replace
 
 from infercast import analytic
-from infercast.cost import OpCost
+from infercast.cost import OpCost, cost_of
 from infercast.devices import BUILTIN_DEVICES
 from infercast.kernels import aiconfigurator as aic
 
@@ -64,15 +64,13 @@ def fit_relative(points: list[tuple[float, float]]) -> tuple[float, float]:
     return slope, (sy - slope * sx) / sw
 
 
-MARLIN_H200 = [((8192, 8192), 20.3), ((8192, 16384), 38.1), ((7168, 20480), 40.6), ((8192, 81920), 138.4)]
-"""vLLM's Marlin W4A16 GEMM (group 128) at one row on an H200: (n, k) and CUPTI kernel time in us
-(tile-ai/TileOPs PR 1874, its 'Marlin' column)."""
-
-
 def marlin_stream(device) -> tuple[float, float, list[float]]:
-    """Marlin's streaming efficiency, fixed time (s) and each point's relative error, counting
-    what infercast's W4A16 GEMM reads: int4 weights, bf16 scales per 128 inputs, the activations."""
-    points = [(0.5 * n * k + 2 * n * k / 128 + 2 * k + 2 * n, us * 1e-6) for (n, k), us in MARLIN_H200]
+    """Marlin's streaming efficiency, fixed time (s) and each point's relative error over the
+    published H200 timings (kernel_points.MARLIN_H200), counting the bytes infercast's W4A16 GEMM
+    reads: int4 weights, bf16 scales per 128 inputs, the activations."""
+    from kernel_points import MARLIN_H200, int4_gemm
+
+    points = [(cost_of(int4_gemm(m, n, k)).bytes, us * 1e-6) for m, n, k, us in MARLIN_H200]
     slope, intercept = fit_relative(points)
     return (1 / slope / device.hbm_bandwidth_bytes_per_s, intercept,
             [(intercept + slope * b) / t - 1 for b, t in points])

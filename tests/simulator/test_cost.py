@@ -64,6 +64,28 @@ def test_weight_only_kernels_pad_rows_to_16_not_64() -> None:
     assert compute(1, "bf16") == pytest.approx(compute(64, "bf16")) == pytest.approx(4 * sixteen)
 
 
+def test_a_fused_moe_pays_the_kernel_familys_fixed_time_on_its_two_gemms_only() -> None:
+    """Of a fused MoE's five kernels, the two expert GEMMs pay Marlin's fixed time, the routing,
+    alignment and activation kernels the device's."""
+    experts, hidden, inter = 8, 256, 128
+    x = TensorSpec((1, hidden), BF)
+    named = dict(x=x, w13=TensorSpec((experts, 2 * inter, hidden // 8), torch.int32, "weight"),
+                 w13_scale=TensorSpec((experts, 2 * inter, hidden // 128), BF, "weight"),
+                 w2=TensorSpec((experts, hidden, inter // 8), torch.int32, "weight"),
+                 w2_scale=TensorSpec((experts, hidden, 1), BF, "weight"), tokens=1, top_k=2, num_experts=experts,
+                 local_experts=experts, routed_rows=2.0, active_experts=2.0, straggler=1.0, moe_tp=1, dtype="w4a16",
+                 distribution="balanced")
+    cost = cost_of(OpRecord("infercast::fused_moe", tuple(named.values()), (x,), "mlp", 0, named=named))
+    assert (cost.kernels, cost.gemm_kernels) == (5, 2)
+    marlin = H200.efficiency.streams["marlin"]
+    roof = max(analytic.compute_seconds(cost, H200), cost.bytes / (4.8e12 * marlin.memory))
+    fixed = analytic.kernel_time(cost, H200, "marlin").seconds - roof
+    assert fixed == pytest.approx(3 * H200.efficiency.kernel_fixed_s + 2 * marlin.fixed_s)
+    assert analytic.kernel_time(cost, H200).seconds == pytest.approx(  # no family: five at the device's
+        5 * H200.efficiency.kernel_fixed_s + max(analytic.compute_seconds(cost, H200),
+                                                 cost.bytes / (4.8e12 * H200.efficiency.memory)))
+
+
 def test_fp4_weights_run_at_the_bf16_rate_where_there_are_no_fp4_tensor_cores() -> None:
     assert H200.peak("fp4") == H200.peak("bf16")  # Hopper dequantises MXFP4
     assert DEVICES["B200"].peak("fp4") == 9000e12

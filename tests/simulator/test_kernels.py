@@ -184,7 +184,9 @@ def test_a_dense_int4_gemm_streams_at_marlins_figure_where_the_engine_runs_marli
     for device in ("A100", "MI300X"):
         assert "marlin" not in CostModel(DEVICES[device], "sglang").price(record, DECODE).origin
     assert "marlin" not in CostModel(h200, "sglang", measured=False).price(gemm(1, 8192, 8192), DECODE).origin
-    assert DEVICES["H20"].efficiency.streams["marlin"] is marlin and DEVICES["H100"].efficiency.streams["marlin"] is marlin
+    # every sm_90 device and only those (devices derived from H100's figures reset it)
+    assert {d.name for d in BUILTIN_DEVICES if d.efficiency.streams.get("marlin") is marlin} == {
+        d.name for d in BUILTIN_DEVICES if d.cuda_arch == 90}
 
 
 def test_an_int4_moe_no_table_covers_streams_at_marlins_figure_near_the_measured_marlin_moe() -> None:
@@ -214,6 +216,13 @@ def test_an_int4_moe_under_expert_parallelism_is_priced_from_the_marlin_tables_b
                                 ep_size=8, num_queries=64 * 8, decode=True, context_length=2000))
     moe = next(op for op in result.ops if op.name.startswith("fused_moe"))
     assert moe.source in ("measured", "interpolated") and moe.origin.startswith("moe sglang")
+    # only a kernel the engine keeps over its local experts, and only at a measured EP size
+    h200 = CostModel(DEVICES["H200"], "sglang")
+    marlin = ("w4a16", "marlin", "balanced", 8, 384, 7168, 2048, 1)
+    assert h200.measured_at("moe", marlin, 0, 8) and not h200.measured_at("moe", marlin, 0, 512)
+    fp8 = simulate(UserInput(model="deepseek-ai/DeepSeek-V3", device="H200", num_devices=8, tp_size=1, dp_size=8,
+                             ep_size=8, num_queries=64 * 8, decode=True, context_length=2000, engine="vllm"))
+    assert next(op for op in fp8.ops if op.name.startswith("fused_moe")).source == "analytic"  # vLLM's triton: EP 1 only
 
 
 def test_converted_tables_are_cached_and_a_bad_cache_file_is_rebuilt(tmp_path, monkeypatch) -> None:

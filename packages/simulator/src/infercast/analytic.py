@@ -50,7 +50,9 @@ activations as the 16-row operand on every architecture, so a one-row GEMM compu
 64. Marlin's time is flat from 1 to 16 rows and doubles by 64 (vllm-project/vllm PR 2497,
 IST-DASLab bench.py on an A100-class GPU: 0.14 ms for 1-16 rows, 0.29 ms at 64)."""
 WEIGHT_ONLY = frozenset({"w4a16", "w8a16", "mxfp4_w4a16"})
-"""Kernel dtypes that dequantize weights in registers and multiply bf16 activations."""
+"""Kernel dtypes that dequantize weights in registers and multiply bf16 activations. Keyed by
+dtype, not kernel: the other kernels that run them at few rows pad no more (TensorRT-LLM's
+weight-only GEMV runs on CUDA cores; Triton's tl.dot, under the MXFP4 MoE, takes 16 rows)."""
 
 
 @dataclass(frozen=True)
@@ -99,9 +101,10 @@ def kernel_time(cost: OpCost, device: DeviceSpec, kernel: str | None = None) -> 
     compute = compute_seconds(cost, device)
     memory = cost.bytes / (device.hbm_bandwidth_bytes_per_s * (stream.memory if stream else device.efficiency.memory))
     roof = max(compute, memory)
-    fixed = device.efficiency.fixed_s(cost.kind) * cost.kernels
+    streamed = min(cost.gemm_kernels, cost.kernels) if stream else 0
+    fixed = device.efficiency.fixed_s(cost.kind) * (cost.kernels - streamed)
     if stream:
-        fixed += (stream.fixed_s - device.efficiency.fixed_s(cost.kind)) * min(cost.gemm_kernels, cost.kernels)
+        fixed += stream.fixed_s * streamed
     bound = "latency" if fixed > roof else ("compute" if compute >= memory else "memory")
     return Timed(roof + fixed, bound)
 

@@ -73,6 +73,10 @@ class Phase:
 
 
 DENSE_GEMMS = ("infercast::gemm", "infercast::quant_gemm")
+LOCAL_EXPERT_KERNELS = ("marlin",)
+"""MoE kernels an engine keeps under expert parallelism, over its local experts, where no DeepEP
+kernel is measured for the dtype: sglang's INT4 MoE method calls fused_marlin_moe with an expert
+map (compressed_tensors_wNa16_moe.py), as vLLM's does; the tables measure it by EP size."""
 
 
 class CostModel:
@@ -110,6 +114,14 @@ class CostModel:
                 return kernel
         return None if only or not present else min(present)
 
+    def measured_at(self, kind: str, key: tuple, axis: int, value: float) -> bool:
+        """Whether a source's ``kind`` table has a point for ``key`` whose coordinate ``axis`` is ``value``."""
+        for source in (self.calibration, self.tables):
+            grid = source.table(kind).grid(key) if source is not None else None
+            if grid is not None and any(coords[axis] == value for coords, _ in grid.points()):
+                return True
+        return False
+
     def describe(self) -> str:
         sources = []
         if self.calibration is not None:
@@ -128,16 +140,17 @@ class CostModel:
 
     def stream_kernel(self, record: OpRecord, cost: OpCost) -> str | None:
         """The weight-only kernel family the engine runs a GEMM in (a dense GEMM: the engine's
-        dense kernel for its dtype; a fused MoE: its first MoE kernel, which sglang keeps under
-        expert parallelism for INT4, fused_marlin_moe over the local experts), where the device
-        has its own streaming figure for it; else None."""
+        dense kernel for its dtype; a fused MoE: its first MoE kernel, kept under expert
+        parallelism: :data:`LOCAL_EXPERT_KERNELS`), where the device has a streaming figure for
+        that family measured for this dtype; else None."""
         if record.name in DENSE_GEMMS:
             kernel = self.engine.dense_kernels.get(cost.kernel_dtype)
         elif record.name == "infercast::fused_moe":
             kernel = next(iter(self.engine.moe_kernels.get(cost.kernel_dtype, ())), None)
         else:
-            kernel = None
-        return kernel if kernel in self.device.efficiency.streams else None
+            return None
+        stream = self.device.efficiency.streams.get(kernel)
+        return kernel if stream is not None and cost.kernel_dtype in stream.dtypes else None
 
     def _price(self, record: OpRecord, phase: Phase) -> Priced:
         cost = cost_of(record)
@@ -361,9 +374,10 @@ def _moe_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -
     rest = (record["distribution"], top_k, experts, hidden, inter, moe_tp)
     if local < experts:  # expert parallel: DeepEP's grouped GEMMs, low-latency layout in decode
         kernel = model.engine_kernel(dtype, rest, ("deepep_ll",) if phase.decode else ("deepep_normal",), only=True)
-        if kernel is None:  # none for this dtype: the engine's own kernel over its local experts, measured by
-            # expert-parallel size (sglang runs INT4 experts through fused_marlin_moe with an expert map)
+        if kernel is None and model.engine_kernel(dtype, rest, LOCAL_EXPERT_KERNELS, only=True):
             kernel = model.engine_kernel(dtype, rest, only=True)
+            if not model.measured_at("moe", (dtype, kernel, *rest), 0, ep):
+                kernel = None  # measured at other expert-parallel sizes only: not extrapolated along EP
     else:
         kernel = model.engine_kernel(dtype, rest)
     if kernel is None:

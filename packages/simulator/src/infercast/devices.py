@@ -30,15 +30,17 @@ class KernelStream:
     """Achieved / peak HBM bandwidth (the slope)."""
     fixed_s: float
     """Time on top of the stream (the intercept)."""
+    dtypes: frozenset[str]
+    """The kernel dtypes it was measured for; the family's other dtypes stream at the generic figure."""
     source: str
 
 
 MARLIN_SM90 = KernelStream(
-    memory=0.520, fixed_s=7.67e-6,
+    memory=0.520, fixed_s=7.67e-6, dtypes=frozenset({"w4a16"}),
     source="vLLM's Marlin W4A16 GEMM (int4, group 128) at one row on an H200, CUPTI kernel times: 20.3 us for "
     "8192 x 8192, 38.1 us for 8192 x 16384, 40.6 us for 7168 x 20480 and 138.4 us for 8192 x 81920 (tile-ai/TileOPs "
     "PR 1874, the 'Marlin' column); over the int4 weights, their bf16 group scales and the activations, a "
-    "least-squares fit of relative error gives 7.67 us + 0.520 of peak bandwidth, each point within 7% "
+    "least-squares fit of relative error gives 7.67 us + 0.520 of peak bandwidth, each point within 7.1% "
     "(benchmarks/derive_device_constants.py). Marlin is an Ampere kernel (mma.sync, cp.async) that sm_90 does not "
     "keep streaming: on an H100 it took 0.46 of a bf16 GEMV's time for 8192 x 8192 at one row while moving 0.25 of "
     "its bytes (inclusionAI/humming PR 2). Taken for every sm_90 device")
@@ -217,8 +219,8 @@ class DeviceSpec:
                 "mla_attention_fixed_us": self.efficiency.fixed_s("mla_attention") * 1e6,
                 "link": self.efficiency.link,
                 "collective_floor_us": self.efficiency.collective_floor_s * 1e6,
-                "streams": {name: {"memory": k.memory, "fixed_us": k.fixed_s * 1e6, "source": k.source}
-                            for name, k in self.efficiency.streams.items()},
+                "streams": {name: {"memory": k.memory, "fixed_us": k.fixed_s * 1e6, "dtypes": sorted(k.dtypes),
+                                   "source": k.source} for name, k in self.efficiency.streams.items()},
                 "source": self.efficiency.source,
             },
             "sources": dict(self.sources),

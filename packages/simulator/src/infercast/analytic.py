@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from infercast.cost import OpCost
+from infercast.cost import COMPUTE_DTYPE, OpCost
 from infercast.devices import DeviceSpec
 
 ATTENTION_KINDS = ("attention", "mla_attention")
@@ -49,8 +49,9 @@ WEIGHT_ONLY_MMA_ROWS = 16
 activations as the 16-row operand on every architecture, so a one-row GEMM computes 16 rows, not
 64. Marlin's time is flat from 1 to 16 rows and doubles by 64 (vllm-project/vllm PR 2497,
 IST-DASLab bench.py on an A100-class GPU: 0.14 ms for 1-16 rows, 0.29 ms at 64)."""
-WEIGHT_ONLY = frozenset({"w4a16", "w8a16", "mxfp4_w4a16"})
-"""Kernel dtypes that dequantize weights in registers and multiply bf16 activations. Keyed by
+WEIGHT_ONLY = frozenset(d for d, compute in COMPUTE_DTYPE.items() if compute == "bf16" and d != "bf16")
+"""Kernel dtypes that dequantize weights in registers and multiply bf16 activations (``w4a16``,
+``w8a16``, ``mxfp4_w4a16``: :data:`~infercast.cost.COMPUTE_DTYPE` runs them at bf16). Keyed by
 dtype, not kernel: the other kernels that run them at few rows pad no more (TensorRT-LLM's
 weight-only GEMV runs on CUDA cores; Triton's tl.dot, under the MXFP4 MoE, takes 16 rows)."""
 

@@ -374,10 +374,10 @@ def _moe_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -
     rest = (record["distribution"], top_k, experts, hidden, inter, moe_tp)
     if local < experts:  # expert parallel: DeepEP's grouped GEMMs, low-latency layout in decode
         kernel = model.engine_kernel(dtype, rest, ("deepep_ll",) if phase.decode else ("deepep_normal",), only=True)
-        if kernel is None and model.engine_kernel(dtype, rest, LOCAL_EXPERT_KERNELS, only=True):
-            kernel = model.engine_kernel(dtype, rest, only=True)
-            if not model.measured_at("moe", (dtype, kernel, *rest), 0, ep):
-                kernel = None  # measured at other expert-parallel sizes only: not extrapolated along EP
+        if kernel is None:  # the engine's own kernel, where it keeps it over its local experts and the table
+            local = model.engine_kernel(dtype, rest, only=True)  # has this EP size (never extrapolated along EP)
+            if local in LOCAL_EXPERT_KERNELS and model.measured_at("moe", (dtype, local, *rest), 0, ep):
+                kernel = local
     else:
         kernel = model.engine_kernel(dtype, rest)
     if kernel is None:

@@ -177,7 +177,8 @@ def test_disaggregated_expert_parallel_pools_name_their_deepep_mode_once() -> No
     """Prefill runs DeepEP's normal kernels, decode the low-latency ones (sglang --deepep-mode;
     vLLM --all2all-backend across its data-parallel ranks), each flag once."""
     request = PlanRequest(model="deepseek-ai/DeepSeek-V3", device="H100")
-    planner = SimpleNamespace(request=request, device=SimpleNamespace(devices_per_node=8), spec_requests={})
+    planner = SimpleNamespace(request=request, device=SimpleNamespace(devices_per_node=8, cuda_arch=90),
+                              spec_requests={}, expert_dtype=lambda quantization: "fp8_block")  # DeepSeek-V3's
     ep16 = Layout(16, 1, 16, 16)
     config = SimpleNamespace(
         prefill=SimpleNamespace(layout=ep16, quantization=None, chunk=16384),

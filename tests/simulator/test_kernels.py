@@ -208,14 +208,18 @@ def test_an_int4_moe_no_table_covers_streams_at_marlins_figure_near_the_measured
 
 
 def test_an_int4_moe_under_expert_parallelism_is_priced_from_the_marlin_tables_by_ep_size() -> None:
-    """No DeepEP kernel is measured for INT4 experts; sglang runs them through fused_marlin_moe
-    over the local experts, which the Marlin tables measure by expert-parallel size."""
+    """sglang runs INT4 experts through its standard dispatcher, fused_marlin_moe over the local
+    experts, which the Marlin tables measure by expert-parallel size; vLLM runs the same kernel
+    behind DeepEP, for which no INT4 DeepEP kernel is measured."""
     from infercast.simulate import UserInput, simulate
 
-    result = simulate(UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=1, dp_size=8,
-                                ep_size=8, num_queries=64 * 8, decode=True, context_length=2000))
-    moe = next(op for op in result.ops if op.name.startswith("fused_moe"))
-    assert moe.source in ("measured", "interpolated") and moe.origin.startswith("moe sglang")
+    layout = dict(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=1, dp_size=8, ep_size=8,
+                  num_queries=64 * 8, decode=True, context_length=2000)
+    for engine in ("sglang", "vllm"):
+        result = simulate(UserInput(engine=engine, **layout))
+        moe = next(op for op in result.ops if op.name.startswith("fused_moe"))
+        assert moe.source in ("measured", "interpolated") and moe.origin.startswith(f"moe {engine}")
+        assert any(op.name.startswith("all_to_all") for op in result.ops) is (engine == "vllm")
     # only a kernel the engine keeps over its local experts, and only at a measured EP size
     h200 = CostModel(DEVICES["H200"], "sglang")
     marlin = ("w4a16", "marlin", "balanced", 8, 384, 7168, 2048, 1)

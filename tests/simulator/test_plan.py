@@ -96,14 +96,14 @@ def test_launch_commands_use_documented_flags(small_plan) -> None:
     spec = Planner(SMALL).spec_request
     wide = Config(Layout(16, 8, 2, 16), "fp8", 64, SpecChoice(3, 1, 4))
     for config in (best, wide):
-        cmd = sglang_command(SMALL, config, 8, spec)
+        cmd = sglang_command(SMALL, config, 8, spec, expert_dtype="fp8_block")
         assert cmd[:3] == ["python", "-m", "sglang.launch_server"]
         flags = {part for part in cmd if part.startswith("--")}
         assert flags <= SGLANG_SERVER_ARGS, flags - SGLANG_SERVER_ARGS
         assert shlex.split(shlex.join(cmd)) == cmd
         vllm = vllm_command(SMALL, config, spec)
         assert {p for p in vllm if p.startswith("--")} <= VLLM_SERVE_ARGS
-    cmd = sglang_command(SMALL, wide, 8, spec)
+    cmd = sglang_command(SMALL, wide, 8, spec, expert_dtype="fp8_block")
     assert cmd[cmd.index("--tp-size") + 1] == "16" and cmd[cmd.index("--dp-size") + 1] == "2"
     assert cmd[cmd.index("--nnodes") + 1] == "2" and cmd[cmd.index("--speculative-num-draft-tokens") + 1] == "4"
     vllm = vllm_command(SMALL, wide, spec)
@@ -171,33 +171,52 @@ def test_bad_plan_input_exits_2(capsys, argv, message) -> None:
 def test_the_launch_command_follows_the_engine() -> None:
     config = Config(Layout(16, 8, 2, 16), None, 64, None)
     for engine in ("sglang", "vllm", "trtllm"):
-        commands = launch_commands(replace(SMALL, engine=engine), config, 8)
+        commands = launch_commands(replace(SMALL, engine=engine), config, 8, expert_dtype="bf16")
         assert list(commands)[0] == engine and set(commands) == {"sglang", "vllm", "trtllm"}
-    trt = launch_commands(replace(SMALL, engine="trtllm"), config, 8)["trtllm"]
+    trt = launch_commands(replace(SMALL, engine="trtllm"), config, 8, expert_dtype="bf16")["trtllm"]
     assert trt[:2] == ["trtllm-serve", SMALL.model] and trt[trt.index("--ep_size") + 1] == "16"
 
 
 def test_expert_parallel_launches_through_deepep_as_it_is_priced() -> None:
-    """The simulator prices EP with DeepEP (normal kernels for prompt steps, low-latency for
-    decode): sglang's --deepep-mode auto does the same; vLLM takes one mode and the plan says so."""
+    """sglang prices FP8 experts under EP with DeepEP (normal kernels for prompt steps,
+    low-latency for decode), as its --deepep-mode auto runs them; vLLM takes one mode and the
+    plan says so."""
+    fp8 = {"expert_dtype": "fp8_block"}
     served = Config(Layout(16, 1, 16, 16), None, 64, None, serving={"chunked_prefill_size": 8192, "policy": "mixed"})
-    commands = launch_commands(SMALL, served, 8)
+    commands = launch_commands(SMALL, served, 8, **fp8)
     sglang, vllm = commands["sglang"], commands["vllm"]
     assert sglang[sglang.index("--moe-a2a-backend") + 1] == "deepep"
     assert sglang[sglang.index("--deepep-mode") + 1] == "auto"
     assert vllm[vllm.index("--all2all-backend") + 1] == "deepep_low_latency"
-    assert any("one DeepEP mode" in note for note in launch_notes(SMALL, served))
+    assert any("one DeepEP mode" in note for note in launch_notes(SMALL, served, **fp8))
     # TP attention with EP: sglang still dispatches through DeepEP; vLLM uses all-to-all kernels
-    # only across data-parallel ranks, so no backend flag and a note that it gathers instead
+    # only across data-parallel ranks, so no backend flag and a note that it runs local experts
     tp_ep = Config(Layout(16, 16, 1, 16), None, 64, None)
-    commands = launch_commands(SMALL, tp_ep, 8)
+    commands = launch_commands(SMALL, tp_ep, 8, **fp8)
     assert commands["sglang"][commands["sglang"].index("--deepep-mode") + 1] == "auto"
     assert "--enable-expert-parallel" in commands["vllm"] and "--all2all-backend" not in commands["vllm"]
-    assert any("gathers and all-reduces" in note for note in launch_notes(SMALL, tp_ep))
+    assert any(note.startswith("vllm: its expert parallelism here runs local experts")
+               for note in launch_notes(SMALL, tp_ep, **fp8))
     dense = Config(Layout(16, 16, 1, 1), None, 64, None)
-    commands = launch_commands(SMALL, dense, 8)
+    commands = launch_commands(SMALL, dense, 8, **fp8)
     assert "--moe-a2a-backend" not in commands["sglang"] and "--all2all-backend" not in commands["vllm"]
-    assert not any("DeepEP" in note for note in launch_notes(SMALL, dense))
+    assert not any("DeepEP" in note for note in launch_notes(SMALL, dense, **fp8))
+
+
+@pytest.mark.parametrize("dtype", ["w4a16", "bf16"])
+def test_sglang_serves_experts_it_cannot_run_behind_deepep_without_it(dtype) -> None:
+    """sglang's DeepEP MoE runs FP8 experts only (INT4 and BF16 methods take the standard
+    dispatcher's output): its command names no a2a backend, and vLLM's DeepEP is noted."""
+    served = Config(Layout(16, 1, 16, 16), None, 64, None)
+    commands = launch_commands(SMALL, served, 8, expert_dtype=dtype)
+    sglang, vllm = commands["sglang"], commands["vllm"]
+    assert sglang[sglang.index("--ep-size") + 1] == "16" and "--enable-dp-attention" in sglang
+    assert "--moe-a2a-backend" not in sglang and "--deepep-mode" not in sglang
+    assert vllm[vllm.index("--all2all-backend") + 1] == "deepep_low_latency"
+    notes = launch_notes(SMALL, served, expert_dtype=dtype)
+    assert "vllm: its expert parallelism here runs DeepEP's all-to-all; the plan priced sglang's local experts " \
+           "over every token and an all-reduce" in notes
+    assert not any("one DeepEP mode" in note for note in notes)
 
 
 # ------------------------------------------------------------------------------ default drafts, fixes
@@ -249,12 +268,12 @@ def test_num_mtp_tokens_sweeps_that_many_mtp_steps(capsys) -> None:
 ])
 def test_quantization_in_launch_commands_is_a_real_engine_value(quantization, sglang_flag, vllm_flag) -> None:
     config = Config(Layout(8, 8, 1, 1), quantization, 16, None)
-    sglang, vllm = sglang_command(SMALL, config, 8), vllm_command(SMALL, config)
+    sglang, vllm = sglang_command(SMALL, config, 8, expert_dtype="bf16"), vllm_command(SMALL, config)
     assert ("--quantization" in sglang) == bool(sglang_flag) and ("--quantization" in vllm) == bool(vllm_flag)
     if sglang_flag:
         assert sglang[sglang.index("--quantization") + 1] == sglang_flag[1]
         assert vllm[vllm.index("--quantization") + 1] == vllm_flag[1]
-    notes = launch_notes(SMALL, config)
+    notes = launch_notes(SMALL, config, expert_dtype="bf16")
     if quantization == "W4A16":
         assert notes and all("int4 weight-only checkpoint (GPTQ or AWQ" in n for n in notes)
     else:

@@ -82,8 +82,56 @@ def test_all_reduce_only_with_tp_and_all_to_all_only_with_ep() -> None:
     assert "all_reduce" not in op_names(sim(model="llama-3.1-8b", num_devices=1, query_length=128))
     assert "all_reduce" in op_names(sim(model="llama-3.1-8b", num_devices=2, query_length=128))
     ep = sim(model="qwen3-235b-a22b", device="H100", num_devices=8, tp_size=1, dp_size=8, ep_size=8, num_queries=64,
-             decode=True)
+             decode=True, quantize_linear_action="FP8_BLOCK")
     assert "all_to_all" in op_names(ep) and "attention" in op_names(ep) and "mla_attention" not in op_names(ep)
+
+
+def layer_records(result, name: str) -> list:
+    """``name`` operators inside the decoder layers, first layer first."""
+    return [r for r, _ in result._timed if r.name == f"infercast::{name}" and r.path.startswith("layers.")]
+
+
+def test_expert_parallelism_without_an_all_to_all_runs_local_experts_on_every_token() -> None:
+    """sglang's DeepEP runs FP8 experts only on CUDA: BF16 experts under DP8 EP8 are gathered
+    from all 8 ranks (8 decode tokens each), each rank runs its 16 of 128 experts on all 64, and
+    a reduce-scatter returns 8; vLLM runs its all-to-all across DP ranks whatever the dtype."""
+    layout = dict(model="qwen3-235b-a22b", device="H100", num_devices=8, tp_size=1, dp_size=8, ep_size=8,
+                  num_queries=64, decode=True)
+    local = sim(**layout)
+    assert "all_to_all" not in op_names(local) and {"all_gather", "reduce_scatter"} <= op_names(local)
+    gather, scatter, experts = (layer_records(local, n)[0] for n in ("all_gather", "reduce_scatter", "fused_moe"))
+    assert gather.outputs[0].shape[0] == 64 and gather["group_size"] == 8
+    assert experts["x"].shape[0] == 64 and experts["dispatch"] == "local" and experts["local_experts"] == 16
+    assert experts["routed_rows"] == pytest.approx(64 * 8 * 16 / 128)  # tokens x top-8 x the rank's share
+    assert scatter.outputs[0].shape[0] == 8
+    assert any("expert parallelism without an all-to-all: sglang has no all-to-all MoE path for bf16" in n
+               for n in local.notes)
+    vllm = sim(engine="vllm", **layout)
+    assert "all_to_all" in op_names(vllm) and layer_records(vllm, "fused_moe")[0]["dispatch"] == "all_to_all"
+    # TP attention: the tokens are on every rank already; attention's and the MoE's all-reduces sum them
+    tp = sim(**{**layout, "tp_size": 8, "dp_size": 1, "num_queries": 8})
+    assert not any(layer_records(tp, n) for n in ("all_to_all", "all_gather", "reduce_scatter"))
+    assert sum(r.count for r in layer_records(tp, "all_reduce")) == 2 * 94  # after attention and the MoE
+    experts = layer_records(tp, "fused_moe")[0]
+    assert experts["x"].shape[0] == 8 and experts["routed_rows"] == pytest.approx(8 * 8 * 16 / 128)
+    with pytest.raises(Exception, match="two-batch-overlap .* sglang has no all-to-all MoE path for bf16"):
+        sim(two_batch_overlap=True, **layout)
+
+
+def test_the_standard_dispatcher_gathers_dp_ranks_tokens_as_sglang_pads_them() -> None:
+    """Decode (sglang's max-len padding): attention-TP ranks reduce-scatter, all 8 ranks gather,
+    and the way back mirrors it. Prefill (sum-len): one all-reduce over a buffer of every DP
+    rank's tokens before the MoE and one after it, then each rank copies out its own."""
+    layout = dict(model="qwen3-235b-a22b", device="H100", num_devices=8, tp_size=2, dp_size=4, ep_size=8)
+    decode = sim(num_queries=64, decode=True, **layout)  # 16 tokens per DP rank
+    rows = {n: [(r["group_size"], r.outputs[0].shape[0]) for r in layer_records(decode, n)]
+            for n in ("reduce_scatter", "all_gather")}
+    assert rows == {"reduce_scatter": [(2, 8), (8, 8)], "all_gather": [(8, 64), (2, 16)]}
+    assert layer_records(decode, "fused_moe")[0]["x"].shape[0] == 64
+    prefill = sim(num_queries=4, query_length=256, **layout)  # 256 tokens per DP rank
+    assert [(r["group_size"], r["x"].shape[0]) for r in layer_records(prefill, "all_reduce")] == [(8, 1024), (8, 1024)]
+    assert layer_records(prefill, "fused_moe")[0]["x"].shape[0] == 1024
+    assert [r.outputs[0].shape[0] for r in layer_records(prefill, "index")] == [256]
 
 
 def test_layer_repetition_gives_the_same_answer_as_tracing_every_layer() -> None:

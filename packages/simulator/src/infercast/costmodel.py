@@ -74,9 +74,9 @@ class Phase:
 
 DENSE_GEMMS = ("infercast::gemm", "infercast::quant_gemm")
 LOCAL_EXPERT_KERNELS = ("marlin",)
-"""MoE kernels an engine keeps under expert parallelism, over its local experts, where no DeepEP
-kernel is measured for the dtype: sglang's INT4 MoE method calls fused_marlin_moe with an expert
-map (compressed_tensors_wNa16_moe.py), as vLLM's does; the tables measure it by EP size."""
+"""MoE kernels an engine keeps behind an all-to-all, over its local experts, where no DeepEP
+kernel is measured for the dtype: vLLM's INT4 MoE method runs Marlin experts behind DeepEP's
+prepare and finalize; the tables measure fused_marlin_moe with an expert map by EP size."""
 
 
 class CostModel:
@@ -372,12 +372,16 @@ def _moe_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -
                                            kernel_dtype=dtype, kind="gemm", kernels=5), device).seconds
 
     rest = (record["distribution"], top_k, experts, hidden, inter, moe_tp)
-    if local < experts:  # expert parallel: DeepEP's grouped GEMMs, low-latency layout in decode
-        kernel = model.engine_kernel(dtype, rest, ("deepep_ll",) if phase.decode else ("deepep_normal",), only=True)
-        if kernel is None:  # the engine's own kernel, where it keeps it over its local experts and the table
-            local = model.engine_kernel(dtype, rest, only=True)  # has this EP size (never extrapolated along EP)
-            if local in LOCAL_EXPERT_KERNELS and model.measured_at("moe", (dtype, local, *rest), 0, ep):
-                kernel = local
+    if local < experts:  # expert parallel: behind DeepEP, its grouped GEMMs (low-latency layout in decode)
+        kernel = None
+        if record["dispatch"] == "all_to_all":
+            kernel = model.engine_kernel(dtype, rest, ("deepep_ll",) if phase.decode else ("deepep_normal",),
+                                         only=True)
+        if kernel is None:  # the engine's own kernel over its local experts (the standard dispatcher's, or kept
+            own = model.engine_kernel(dtype, rest, only=True)  # behind the all-to-all), at an EP size the table
+            kept = record["dispatch"] == "local" or own in LOCAL_EXPERT_KERNELS  # has: never extrapolated along EP
+            if own is not None and kept and model.measured_at("moe", (dtype, own, *rest), 0, ep):
+                kernel = own
     else:
         kernel = model.engine_kernel(dtype, rest)
     if kernel is None:

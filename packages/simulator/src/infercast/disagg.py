@@ -227,7 +227,8 @@ def decode_choices(planner: Planner, pricer: StepPricer, layout: Layout, quant: 
     r = planner.request
     static = pricer.static(layout, quant, batch, spec)
     context = r.input_length + r.output_length // 2
-    options = [False] + ([True] if spec is None and layout.dp > 1 and layout.ep > 1 else [])
+    all_to_all = planner._model(layout, quant)[1].moe_dispatch == "all_to_all"
+    options = [False] + ([True] if spec is None and layout.dp > 1 and all_to_all else [])
     decode_tokens = lengths.mean(lambda i, o: max(0, o - 1))
     found = []
     for tbo in options:
@@ -337,19 +338,21 @@ def launch_commands(planner: Planner, config: DisaggConfig) -> dict[str, list[li
     from infercast.plan import Config, sglang_command, vllm_command
 
     r = planner.request
-    per_node = planner.device.devices_per_node
+    per_node, cuda = planner.device.devices_per_node, planner.device.cuda_arch is not None
     p, d = config.prefill, config.decode
     spec = planner.spec_requests[d.spec.option] if d.spec is not None else None
     chunk = p.chunk
     prefill = Config(p.layout, p.quantization, max(p.layout.dp, 1), None)
     decode = Config(d.layout, d.quantization, d.batch, d.spec)
     backend = r.serving.transfer_backend
-    sg_prefill = sglang_command(r, prefill, per_node, spec, deepep_mode="normal")[:-1] + [
+    sg_prefill = sglang_command(r, prefill, per_node, spec, deepep_mode="normal",
+                                expert_dtype=planner.expert_dtype(p.quantization), cuda=cuda)[:-1] + [
         "--disaggregation-mode", "prefill", "--disaggregation-transfer-backend", backend,
         "--chunked-prefill-size", str(chunk), "--port", "30000", "--trust-remote-code"]
     sg_prefill = [a for i, a in enumerate(sg_prefill) if not (a == "--max-running-requests"
                                                             or (i and sg_prefill[i - 1] == "--max-running-requests"))]
-    sg_decode = sglang_command(r, decode, per_node, spec, deepep_mode="low_latency")[:-1] + [
+    sg_decode = sglang_command(r, decode, per_node, spec, deepep_mode="low_latency",
+                               expert_dtype=planner.expert_dtype(d.quantization), cuda=cuda)[:-1] + [
         "--disaggregation-mode", "decode", "--disaggregation-transfer-backend", backend]
     if d.two_batch_overlap:
         sg_decode += ["--enable-two-batch-overlap"]

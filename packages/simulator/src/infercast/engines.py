@@ -169,6 +169,44 @@ SGLANG_ALL_REDUCE_FUSION = AllReduceFusion(
 
 
 @dataclass(frozen=True)
+class MoEAllToAll:
+    """Where the engine moves tokens to their experts' ranks with an all-to-all backend (DeepEP)
+    under expert parallelism. Elsewhere its standard dispatcher runs: every rank computes its
+    local experts over all of the group's tokens (gathered first under DP attention) and the
+    tensor-parallel all-reduce, or a reduce-scatter, sums the ranks' outputs."""
+
+    cuda_dtypes: frozenset[str] | None
+    """Routed-expert kernel dtypes whose MoE method runs behind the all-to-all on NVIDIA GPUs
+    (None: every one); other vendors' paths are taken to run every dtype."""
+    needs_dp: bool
+    """The all-to-all runs only across data-parallel attention ranks."""
+    source: str
+
+    def runs(self, kernel_dtype: str, dp: int, cuda: bool = True) -> bool:
+        """Whether ``kernel_dtype`` experts go through the all-to-all at DP size ``dp``, on an
+        NVIDIA GPU (``cuda``) or another vendor's device."""
+        by_dtype = self.cuda_dtypes is None or not cuda or kernel_dtype in self.cuda_dtypes
+        return by_dtype and (dp > 1 or not self.needs_dp)
+
+
+SGLANG_ALL_TO_ALL = MoEAllToAll(
+    cuda_dtypes=frozenset({"fp8", "fp8_block"}), needs_dp=False,
+    source="sglang 0.5.9 and 0.5.14 (ep_moe/layer.py): --moe-a2a-backend deepep makes every MoE layer a DeepEPMoE, "
+    "which on CUDA runs FP8 experts (Fp8Config, through DeepGEMM) and W4AFp8 ones (on ROCm and Ascend its aiter and "
+    "NPU paths take every method); for other methods run_moe_core reaches "
+    "'assert False, forward_deepgemm_contiguous is deprecated' (INT4 weight-only experts take a "
+    "StandardDispatchOutput only, compressed_tensors_wNa16_moe.py; BF16 experts only in 0.5.14's low-latency mode), "
+    "so those serve expert parallelism with --moe-a2a-backend none, the standard dispatcher (communicator.py: "
+    "ScatterMode.FULL; deepseek_v2.py shards the shared experts over every rank)",
+)
+VLLM_ALL_TO_ALL = MoEAllToAll(
+    cuda_dtypes=None, needs_dp=True,
+    source="vLLM fused_moe/config.py: FusedMoEParallelConfig.use_all2all_kernels = dp_size > 1 and use_ep; with "
+    "TP attention (DP 1) each rank runs its local experts on every token and the all-reduce combines them",
+)
+
+
+@dataclass(frozen=True)
 class Engine:
     name: str
     tables: str
@@ -204,6 +242,9 @@ class Engine:
     """Dense weight-only GEMM kernel family by kernel dtype (``w4a16``: ``marlin``), priced at
     the device's figure for that family where it has one
     (:attr:`~infercast.devices.Efficiency.streams`)."""
+
+    moe_all_to_all: MoEAllToAll = MoEAllToAll(None, False, "assumed: an all-to-all for every expert dtype and layout")
+    """When expert parallelism runs through an all-to-all backend rather than the standard dispatcher."""
 
     def spec_step(self) -> HostCost:
         """The host time a speculative cycle waits for."""
@@ -313,6 +354,7 @@ register(Engine(
                                  "per request in Python): " + PYTHON_STEP_NO_OVERLAP.source),
     # GPTQ and AWQ checkpoints run through gptq_marlin / awq_marlin (sglang's only MPLinearKernel is Marlin)
     dense_kernels={"w4a16": "marlin"},
+    moe_all_to_all=SGLANG_ALL_TO_ALL,
 ))
 register(Engine(
     name="vllm", tables="vllm",
@@ -332,6 +374,7 @@ register(Engine(
     # choose_mp_linear_kernel prefers Machete on sm_90 and Marlin elsewhere; below 32 rows Machete is no
     # faster than Marlin (pytorch/FBGEMM PR 3259), so both are priced at Marlin's figure
     dense_kernels={"w4a16": "marlin"},
+    moe_all_to_all=VLLM_ALL_TO_ALL,
 ))
 register(Engine(
     name="trtllm", tables="trtllm",
@@ -344,4 +387,6 @@ register(Engine(
                  "scheduler gains 1.03x at batch 1, TensorRT-LLM tech blog 2): " + SGLANG_STEP.source),
     request=replace(SGLANG_REQUEST, source="assumed equal to sglang's: " + SGLANG_REQUEST.source),
     pointwise=TRTLLM_POINTWISE,
+    moe_all_to_all=MoEAllToAll(None, False, "assumed: TensorRT-LLM's all-to-all for every expert dtype and layout "
+                               "(its MoE communication choice not read)"),
 ))

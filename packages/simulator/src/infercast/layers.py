@@ -56,6 +56,21 @@ class SimContext:
     fusions apply to the ``fp8`` kernel family (no block scales: TensorRT-LLM's per-tensor FP8);
     block-scaled FP8 keeps its per-group quantize kernels."""
 
+    moe_all_to_all: bool = True
+    """Under expert parallelism, tokens reach their experts' ranks through an all-to-all backend
+    (DeepEP); False: the engine's standard dispatcher (set from
+    :attr:`~infercast.engines.Engine.moe_all_to_all` before the model is built)."""
+
+    @property
+    def moe_dispatch(self) -> str:
+        """How routed experts see tokens: ``tp`` (no expert parallelism: every rank holds a slice
+        of every expert), ``all_to_all`` (each rank's tokens are sent to their experts' ranks) or
+        ``local`` (every rank runs its local experts over all of the group's tokens, gathered
+        first under DP attention; the layer's all-reduce or reduce-scatter sums the outputs)."""
+        if self.parallel.ep == 1:
+            return "tp"
+        return "all_to_all" if self.moe_all_to_all else "local"
+
     @contextlib.contextmanager
     def using(self, workload: Workload) -> Iterator[None]:
         previous, self.workload = self.workload, workload
@@ -397,8 +412,9 @@ class MoEShape:
 
 
 class SimMoE(SimModule):
-    """Router GEMM, the fused routed experts (EP dispatch and combine around them when
-    ``ep > 1``, as DeepEP runs them), and shared experts.
+    """Router GEMM, the fused routed experts (under expert parallelism, DeepEP's dispatch and
+    combine around them, or the standard dispatcher's local experts: ``ctx.moe_dispatch``), and
+    shared experts.
 
     Routing follows ``ctx.expert_imbalance`` (balanced by default), stated in the report.
     """
@@ -417,7 +433,10 @@ class SimMoE(SimModule):
         self.w2.logical_params = shape.num_experts * shape.expert_intermediate_size * shape.hidden_size
         self.shared_experts = None
         if shape.shared_intermediate_size:
-            shared_tp = p.tp if (p.ep == 1 or p.shared_expert_tp) else 1
+            if ctx.moe_dispatch == "local":  # sharded like the routed experts' group: every rank
+                shared_tp = p.num_devices
+            else:
+                shared_tp = p.tp if (p.ep == 1 or p.shared_expert_tp) else 1
             self.shared_experts = SimMLP(shape.hidden_size, shape.shared_intermediate_size, ctx.quant.dense, shared_tp,
                                          ctx)
 
@@ -431,30 +450,32 @@ class SimMoE(SimModule):
         T = x.shape[0]
         self.gate(tokens)
         slots = s.num_experts + p.redundant_experts
-        group_tokens = T * p.ep  # EP: every rank's tokens reach the expert group; TP: replicated
+        dispatch = ctx.moe_dispatch
+        # all-to-all: every rank's tokens reach the expert group; local and TP: each rank has them all
+        group_tokens = T * p.ep if dispatch == "all_to_all" else T
         rows = group_tokens * s.top_k * self.local_experts / slots if p.ep > 1 else T * s.top_k
         imbalance = ctx.expert_imbalance
         active = routing.expected_active_experts(s.num_experts, s.top_k, group_tokens, self.local_experts, imbalance)
         straggler = routing.straggler(imbalance, s.num_experts, s.top_k, p.ep)
         scheme = ctx.quant.routed_experts
         received = math.ceil(rows * straggler)
-        if p.ep > 1:
+        if dispatch == "all_to_all":
             mode = "ll" if ctx.workload.decode else "normal"
             nodes = max(1, p.ep // p.scale_up_domain)
             reach = routing.expected_destination_nodes(s.num_experts, s.top_k, nodes, s.n_group, s.topk_group)
             sent = x.new_empty(T, s.hidden_size, dtype=torch.float8_e4m3fn)  # DeepEP dispatches FP8
             x = OPS.all_to_all(sent, received, p.ep, "ep", "dispatch", mode, s.top_k, s.num_experts, reach)
         h = OPS.fused_moe(x, self.w13.weights["weight_packed"], self.w13.weights["weight_scale"],
-                          self.w2.weights["weight_packed"], self.w2.weights["weight_scale"], group_tokens if p.ep > 1 else T,
+                          self.w2.weights["weight_packed"], self.w2.weights["weight_scale"], group_tokens,
                           s.top_k, s.num_experts, self.local_experts, float(rows), float(active), float(straggler),
-                          p.moe_tp, scheme.kernel_dtype, routing.DISTRIBUTIONS[imbalance])
-        if p.ep > 1:
+                          p.moe_tp, scheme.kernel_dtype, routing.DISTRIBUTIONS[imbalance], dispatch)
+        if dispatch == "all_to_all":
             h = OPS.all_to_all(h, T, p.ep, "ep", "combine", mode, s.top_k, s.num_experts, reach)
             if p.moe_tp > 1:
                 h = OPS.all_reduce(h, p.moe_tp, "moe_tp")
         out = h
         if self.shared_experts is not None:
-            if p.ep > 1 and p.shared_expert_tp and p.tp > 1:
+            if dispatch == "all_to_all" and p.shared_expert_tp and p.tp > 1:
                 gathered = OPS.all_gather(tokens, p.tp, "attn_tp")
                 shared = OPS.reduce_scatter(self.shared_experts(gathered), p.tp, "attn_tp")
             else:
@@ -514,21 +535,34 @@ class SimDecoderLayer(SimModule):
         if not fused or (self.index == 0 if first is None else first):
             h, residual = self.input_layernorm(h, residual)
         a = self.self_attn(h)
-        scatter = self.is_moe and p.ep > 1 and p.tp > 1
-        if scatter:  # DP attention with attention-TP: each rank routes 1/tp of the tokens
+        dispatch = ctx.moe_dispatch if self.is_moe else "tp"
+        # the MoE sees every DP rank's tokens: gathered over all ranks, its output reduce-scattered
+        # in decode (sglang's max-len padding) or all-reduced over a buffer of them all in prefill
+        gather = dispatch == "local" and p.dp > 1
+        padded = gather and ctx.workload.decode
+        scatter = (dispatch == "all_to_all" or padded) and p.tp > 1
+        if scatter:  # each rank routes (or gathers) 1/tp of its attention group's tokens
             a = OPS.reduce_scatter(a, p.tp, "attn_tp")
             residual = residual[: a.shape[0]]
-        elif p.tp > 1:
+        elif p.tp > 1 and not gather:
             a = OPS.all_reduce(a, p.tp, "attn_tp")
         if fused:
             h = a
         else:
             h, residual = self.post_attention_layernorm(a, residual)
+        if padded:
+            h = OPS.all_gather(h, p.num_devices, "moe")
+        elif gather:
+            h = OPS.all_reduce(h.new_empty(h.shape[0] * p.dp, *h.shape[1:]), p.num_devices, "moe")
         m = self.mlp(h)
+        if padded:
+            m = OPS.reduce_scatter(m, p.num_devices, "moe")
+        elif gather:
+            m = OPS.index(OPS.all_reduce(m, p.num_devices, "moe"), residual.shape[0])
         if scatter:
             m = OPS.all_gather(m, p.tp, "attn_tp")
             residual = m.new_empty(m.shape)
-        elif p.tp > 1 and not (self.is_moe and p.ep > 1):
+        elif p.tp > 1 and dispatch != "all_to_all" and not gather:
             m = OPS.all_reduce(m, p.tp, "attn_tp")
         return m, residual
 

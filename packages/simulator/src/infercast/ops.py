@@ -268,7 +268,7 @@ def _(ids, weight):
 def fused_moe(
     x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor,
     num_tokens: int, top_k: int, num_experts: int, local_experts: int, routed_rows: float, active_experts: float,
-    straggler: float, moe_tp: int, dtype: str, distribution: str,
+    straggler: float, moe_tp: int, dtype: str, distribution: str, dispatch: str,
 ) -> torch.Tensor:
     """The routed experts on one rank, as engines launch them (sglang's fused MoE, marlin or
     DeepGEMM): top-k selection, token permutation, the gate/up grouped GEMM, SiLU-and-mul, the
@@ -278,13 +278,14 @@ def fused_moe(
     ``num_tokens``: tokens before routing that the expert group sees (summed over DP ranks);
     ``routed_rows``: expected (token, expert) rows this rank computes under balanced routing;
     ``active_experts``: expected local experts touched; ``straggler``: the busiest rank's load
-    over the mean under ``distribution`` (1 for balanced routing)."""
+    over the mean under ``distribution`` (1 for balanced routing); ``dispatch``: how the tokens
+    reach the experts (:attr:`~infercast.layers.SimContext.moe_dispatch`)."""
     raise NotImplementedError
 
 
 @fused_moe.register_fake
 def _(x, w13, w13_scale, w2, w2_scale, num_tokens, top_k, num_experts, local_experts, routed_rows, active_experts,
-      straggler, moe_tp, dtype, distribution):
+      straggler, moe_tp, dtype, distribution, dispatch):
     return _like(x)
 
 

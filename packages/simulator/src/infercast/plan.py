@@ -24,7 +24,7 @@ from infercast_adapters.config import load_config
 
 from infercast.build import BuiltModel, build
 from infercast.devices import GIB, DeviceSpec
-from infercast.engines import reaches
+from infercast.engines import engine_named, reaches
 from infercast.layers import KV_DTYPES, SimContext
 from infercast.memory import MEMORY_FRACTION
 from infercast.parallel import Parallel, Workload, validate_layout
@@ -286,7 +286,9 @@ class Planner:
             plan = _resolve_quant(self.config, self.text, quant, self.profile)
             ctx = SimContext(parallel=parallel, workload=Workload(1, 1, 0, True), quant=plan,
                              kv_cache_dtype=KV_DTYPES[self.request.kv_cache_dtype],
-                             expert_imbalance=self.request.expert_imbalance, pointwise=self.costs.engine.pointwise)
+                             expert_imbalance=self.request.expert_imbalance, pointwise=self.costs.engine.pointwise,
+                             moe_all_to_all=self.costs.engine.moe_all_to_all.runs(
+                                 plan.routed_experts.kernel_dtype, layout.dp, self.device.cuda_arch is not None))
             built = build(self.config, self.profile, ctx, self.manager)
             chunk = self.request.serving.chunked_prefill_size or default_chunk(self.device.memory_bytes)
             ctx.prefill_graph_tokens = prefill_graph_tokens(self.costs, built, parallel, chunk,
@@ -295,6 +297,10 @@ class Planner:
                                                              mode=self.request.all_reduce_fusion)[0]
             self._built[key] = (built, ctx)
         return self._built[key]
+
+    def expert_dtype(self, quant: str | None) -> str:
+        """The routed experts' kernel dtype under quantization ``quant`` (None: the checkpoint's)."""
+        return _resolve_quant(self.config, self.text, quant, self.profile).routed_experts.kernel_dtype
 
     def _draft(self, layout: Layout, quant: str | None, option: str):
         from infercast.speculative import draft_for
@@ -513,16 +519,20 @@ def sglang_fusion_flags(mode: str, version: str | None) -> list[str]:
 
 
 def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, spec: Any = None,
-                   deepep_mode: str = "auto") -> list[str]:
+                   deepep_mode: str = "auto", *, expert_dtype: str, cuda: bool = True) -> list[str]:
     """``python -m sglang.launch_server ...`` for ``config`` (first node's command when multi-node).
-    Expert parallelism runs through DeepEP, as the simulator prices it: ``auto`` takes the normal
-    kernels for prompt steps and the low-latency ones for decode; a disaggregated pool names one."""
+    Expert parallelism runs through DeepEP where sglang runs ``expert_dtype`` experts behind it
+    on these devices (``cuda``: NVIDIA GPUs), ``auto`` taking the normal kernels for prompt
+    steps and the low-latency ones for decode (a disaggregated pool names one); elsewhere
+    through the standard dispatcher (no a2a backend)."""
     layout = config.layout
     cmd = ["python", "-m", "sglang.launch_server", "--model-path", request.model, "--tp-size", str(layout.num_devices)]
     if layout.dp > 1:
         cmd += ["--dp-size", str(layout.dp), "--enable-dp-attention"]
     if layout.ep > 1:
-        cmd += ["--ep-size", str(layout.ep), "--moe-a2a-backend", "deepep", "--deepep-mode", deepep_mode]
+        cmd += ["--ep-size", str(layout.ep)]
+        if engine_named("sglang").moe_all_to_all.runs(expert_dtype, layout.dp, cuda):
+            cmd += ["--moe-a2a-backend", "deepep", "--deepep-mode", deepep_mode]
     if layout.redundant_experts:
         cmd += ["--ep-num-redundant-experts", str(layout.redundant_experts)]
     nodes = math.ceil(layout.num_devices / devices_per_node)
@@ -562,28 +572,40 @@ def trtllm_command(request: PlanRequest, config: Config, spec: Any = None) -> li
     return cmd
 
 
-def launch_commands(request: PlanRequest, config: Config, devices_per_node: int, spec: Any = None) -> dict[str, list[str]]:
-    """The chosen engine's launch command first, then the other engines' equivalents."""
-    commands = {"sglang": sglang_command(request, config, devices_per_node, spec),
+def launch_commands(request: PlanRequest, config: Config, devices_per_node: int, spec: Any = None, *,
+                    expert_dtype: str, cuda: bool = True) -> dict[str, list[str]]:
+    """The chosen engine's launch command first, then the other engines' equivalents
+    (``expert_dtype``: the routed experts' kernel dtype, :meth:`Planner.expert_dtype`)."""
+    commands = {"sglang": sglang_command(request, config, devices_per_node, spec, expert_dtype=expert_dtype,
+                                         cuda=cuda),
                 "vllm": vllm_command(request, config, spec), "trtllm": trtllm_command(request, config, spec)}
     first = request.engine if request.engine in commands else "sglang"
     return {first: commands[first], **{k: v for k, v in commands.items() if k != first}}
 
 
-def launch_notes(request: PlanRequest, config: Config) -> list[str]:
+def launch_notes(request: PlanRequest, config: Config, *, expert_dtype: str, cuda: bool = True) -> list[str]:
     """What the launch commands cannot say with a flag (a checkpoint to serve instead, a
-    DeepEP mode the engine cannot switch per step)."""
+    DeepEP mode the engine cannot switch per step, an engine that moves the experts' tokens
+    otherwise than the plan priced)."""
     notes = [quantization_flags(engine, config.quantization)[1] for engine in ("sglang", "vllm", "trtllm")]
     if (request.engine == "sglang" and request.all_reduce_fusion == "off"
             and not reaches(request.engine_version, SGLANG_FUSION_OFF_SINCE)):
         notes.append(f"sglang {request.engine_version} has no flag to turn the all-reduce fusion off (from "
                      f"{SGLANG_FUSION_OFF_SINCE}: --enforce-disable-flashinfer-allreduce-fusion)")
-    if config.layout.ep > 1 and config.layout.dp > 1:
-        notes.append("vllm: --all2all-backend runs one DeepEP mode for every step (low-latency here); the plan "
-                     "priced prompt steps with DeepEP's normal kernels, as sglang's --deepep-mode auto runs them")
-    elif config.layout.ep > 1:
-        notes.append("vllm: without data parallelism its expert parallelism gathers and all-reduces the tokens "
-                     "instead of DeepEP's all-to-all, which the plan priced (sglang runs DeepEP at any TP)")
+    layout = config.layout
+    if layout.ep > 1:
+        def dispatch(engine: str) -> str:
+            runs = engine_named(engine).moe_all_to_all.runs(expert_dtype, layout.dp, cuda)
+            return "DeepEP's all-to-all" if runs else "local experts over every token and an all-reduce"
+
+        priced = dispatch(request.engine)
+        for engine in ("sglang", "vllm"):
+            if engine != request.engine and dispatch(engine) != priced:
+                notes.append(f"{engine}: its expert parallelism here runs {dispatch(engine)}; the plan priced "
+                             f"{request.engine}'s {priced}")
+        if layout.dp > 1 and priced == dispatch("vllm") == "DeepEP's all-to-all":
+            notes.append("vllm: --all2all-backend runs one DeepEP mode for every step (low-latency here); the plan "
+                         "priced prompt steps with DeepEP's normal kernels, as sglang's --deepep-mode auto runs them")
     return [note for note in notes if note]
 
 

@@ -57,6 +57,16 @@ def phase_of(model: CostModel, ctx: SimContext, decode: bool, *, speculative: bo
     return Phase(graph=piecewise, decode=False, scale_up_domain=ctx.parallel.scale_up_domain, piecewise=piecewise)
 
 
+def standard_dispatch_reason(model: CostModel, ctx: SimContext) -> str:
+    """Why this expert-parallel deployment runs the engine's standard dispatcher, not an all-to-all."""
+    engine, dtype = model.engine, ctx.quant.routed_experts.kernel_dtype
+    if engine.moe_all_to_all.needs_dp and ctx.parallel.dp == 1:
+        why = "runs its all-to-all only across DP attention ranks"
+    else:
+        why = f"has no all-to-all MoE path for {dtype} experts"
+    return f"{engine.name} {why}"
+
+
 def prefill_graph_blockers(model: CostModel, built: BuiltModel, parallel: Any, *, mode: str = "auto") -> list[str]:
     """Why the engine launches this deployment's prefill eagerly (empty: it captures piecewise
     CUDA graphs); ``mode`` is the request's ``prefill_cuda_graph``. Speculative and
@@ -68,7 +78,7 @@ def prefill_graph_blockers(model: CostModel, built: BuiltModel, parallel: Any, *
         return ["--prefill-cuda-graph off"]
     if mode != "on" and not policy.applies(model.engine_version):
         return [f"{name} {model.engine_version} captures prefill only on request (default from {policy.since})"]
-    features = {"dp_attention": parallel.dp > 1, "moe_all_to_all": parallel.ep > 1,
+    features = {"dp_attention": parallel.dp > 1, "moe_all_to_all": built.sim.ctx.moe_dispatch == "all_to_all",
                 "multimodal": built.vision_param_count > 0}
     return [f"{name} captures no piecewise CUDA graphs with {reason}"
             for feature, reason in policy.blocked_by.items() if features.get(feature)]
@@ -95,7 +105,8 @@ def all_reduce_fusion(model: CostModel, built: BuiltModel, parallel: Any, *, mod
     if fusion is None:
         return 0, f"{engine.name}: not modelled"
     blockers = [why for why, hit in (("no tensor parallelism", parallel.tp <= 1), ("DP attention", parallel.dp > 1),
-                                     ("an MoE all-to-all backend (DeepEP)", parallel.ep > 1),
+                                     ("an MoE all-to-all backend (DeepEP)",
+                                      built.sim.ctx.moe_dispatch == "all_to_all"),
                                      ("two-batch overlap", parallel.two_batch_overlap)) if hit]
     if blockers:
         return 0, f"{engine.name} fuses no all-reduce with {blockers[0]}"

@@ -194,8 +194,10 @@ def launch_of(planner: Any, config: Any) -> dict[str, list[list[str]]]:
         return disagg_commands(planner, config)
     from infercast.plan import launch_commands
 
-    return {engine: [cmd] for engine, cmd in launch_commands(planner.request, config, planner.device.devices_per_node,
-                                                             spec_of(planner, config)).items()}
+    commands = launch_commands(planner.request, config, planner.device.devices_per_node, spec_of(planner, config),
+                               expert_dtype=planner.expert_dtype(config.quantization),
+                               cuda=planner.device.cuda_arch is not None)
+    return {engine: [cmd] for engine, cmd in commands.items()}
 
 
 def _hover(config: Any, request: Any, planner: Any) -> str:

@@ -26,6 +26,7 @@ from infercast.pricing import (
     prefill_graph_tokens,
     price,
     price_speculative,
+    standard_dispatch_reason,
 )
 from infercast.quant import plan_from_action, plan_from_checkpoint
 from infercast.request import DEFAULT_DECODE_CONTEXT, DEFAULT_DEVICE, UserInput, check
@@ -83,6 +84,11 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
                      expert_imbalance=check_distribution(user.expert_imbalance))
     model = cost_model_for(user, device)
     ctx.pointwise = model.engine.pointwise
+    ctx.moe_all_to_all = model.engine.moe_all_to_all.runs(quant.routed_experts.kernel_dtype, parallel.dp,
+                                                        device.cuda_arch is not None)
+    if parallel.two_batch_overlap and ctx.moe_dispatch == "local":
+        raise InfercastError("--two-batch-overlap overlaps one micro-batch's MoE all-to-all with the other's "
+                             f"compute, and this deployment has none: {standard_dispatch_reason(model, ctx)}")
     built = build(config, profile, ctx, manager)
     ctx.prefill_graph_tokens = prefill_graph_tokens(model, built, parallel, default_chunk(device.memory_bytes),
                                                     mode=user.prefill_cuda_graph)
@@ -125,6 +131,12 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     if 0 < ctx.tokens <= ctx.all_reduce_fusion_tokens:
         result.notes.append(f"all-reduce fusion: {fusion_why}; each decoder layer's all-reduce carries the residual "
                             "add and RMSNorm after it (the last layer's all-reduce apart), priced as the all-reduce")
+    if ctx.moe_dispatch == "local":
+        result.notes.append(f"expert parallelism without an all-to-all: {standard_dispatch_reason(model, ctx)}; each "
+                            "rank runs its local experts over all " + ("gathered " if parallel.dp > 1 else "")
+                            + "tokens and an all-reduce sums them"
+                            + ("; --enable-shared-expert-tp changes nothing: the shared experts are sharded over "
+                               "every rank" if parallel.shared_expert_tp else ""))
     if user.model is None:
         entry = next((ref for ref, _ in manager.models() if ref.ref == model_ref), None)
         result.notes.append(f"no model given: simulated the default, {model_ref}"

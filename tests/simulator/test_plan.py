@@ -20,6 +20,7 @@ from infercast.plan import (
     launch_notes,
     pareto,
     sglang_command,
+    trtllm_command,
     vllm_command,
 )
 from infercast.simulate import UserInput
@@ -175,6 +176,29 @@ def test_the_launch_command_follows_the_engine() -> None:
         assert list(commands)[0] == engine and set(commands) == {"sglang", "vllm", "trtllm"}
     trt = launch_commands(replace(SMALL, engine="trtllm"), config, 8, expert_dtype="bf16")["trtllm"]
     assert trt[:2] == ["trtllm-serve", SMALL.model] and trt[trt.index("--ep_size") + 1] == "16"
+
+
+def test_trtllm_takes_dp_attention_and_speculation_from_its_options_file() -> None:
+    """trtllm-serve has no flag for either: the command names the YAML file and a note gives it."""
+    spec = Planner(SMALL).spec_request  # EAGLE3 with a draft model
+    eagle = Config(Layout(8, 1, 8, 1), None, 64, SpecChoice(3, 1, 4))
+    cmd = trtllm_command(SMALL, eagle, spec)
+    assert cmd[cmd.index("--extra_llm_api_options") + 1] == "extra_llm_api_options.yaml"
+    (note,) = [n for n in launch_notes(SMALL, eagle, spec, expert_dtype="bf16") if "extra_llm_api_options" in n]
+    assert json.loads(note.split(" holds ", 1)[1]) == {
+        "enable_attention_dp": True,
+        "speculative_config": {"decoding_type": "Eagle", "max_draft_len": 3,
+                               "speculative_model_dir": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}}
+    mtp = Config(Layout(8, 8, 1, 1), None, 64, SpecChoice(2, 1, 3))
+    (note,) = [n for n in launch_notes(SMALL, mtp, None, expert_dtype="bf16") if "extra_llm_api_options" in n]
+    assert json.loads(note.split(" holds ", 1)[1]) == {
+        "speculative_config": {"decoding_type": "MTP", "num_nextn_predict_layers": 2}}
+    plain = Config(Layout(8, 8, 1, 1), None, 64, None)
+    assert "--extra_llm_api_options" not in trtllm_command(SMALL, plain)
+    assert not any("trtllm" in n for n in launch_notes(SMALL, plain, expert_dtype="bf16"))
+    # attention TP inside DP groups: TensorRT-LLM's attention DP is one rank per group
+    assert any("TensorRT-LLM has no setting for" in n
+               for n in launch_notes(SMALL, Config(Layout(16, 8, 2, 16), None, 64, None), expert_dtype="bf16"))
 
 
 def test_expert_parallel_launches_through_deepep_as_it_is_priced() -> None:

@@ -340,7 +340,7 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
                    "cuda": planner.device.cuda_arch is not None}
         launch = launch_commands(request, result.best, planner.device.devices_per_node, planner.spec_for(result.best),
                                  **experts)
-        notes = launch_notes(request, result.best, **experts)
+        notes = launch_notes(request, result.best, planner.spec_for(result.best), **experts)
     disagg_launch = {}
     if result.disagg is not None and result.disagg.best is not None:
         from infercast.disagg import launch_commands as disagg_commands

@@ -559,16 +559,38 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
     return cmd
 
 
+TRTLLM_OPTIONS_FILE = "extra_llm_api_options.yaml"
+
+
+def trtllm_options(config: Config, spec: Any = None) -> dict[str, Any]:
+    """What ``trtllm-serve`` takes from its ``--extra_llm_api_options`` YAML file rather than
+    from flags: DP attention and the speculative setup (keys as in NVIDIA's own example,
+    build.nvidia.com/spark/speculative-decoding: ``enable_attention_dp``, ``speculative_config``
+    with ``decoding_type: Eagle``, ``max_draft_len`` and ``speculative_model_dir``; DeepSeek's
+    MTP is ``decoding_type: MTP`` with ``num_nextn_predict_layers``)."""
+    options: dict[str, Any] = {}
+    if config.layout.dp > 1:
+        options["enable_attention_dp"] = True
+    if config.spec is not None:
+        if spec is not None and spec.draft_model:
+            options["speculative_config"] = {"decoding_type": "Eagle", "max_draft_len": config.spec.num_steps,
+                                             "speculative_model_dir": spec.draft_model}
+        else:
+            options["speculative_config"] = {"decoding_type": "MTP", "num_nextn_predict_layers": config.spec.num_steps}
+    return options
+
+
 def trtllm_command(request: PlanRequest, config: Config, spec: Any = None) -> list[str]:
-    """TensorRT-LLM's OpenAI server (``trtllm-serve``, PyTorch backend); speculative settings
-    go in an ``--extra_llm_api_options`` YAML file, named here."""
+    """TensorRT-LLM's OpenAI server (``trtllm-serve``, PyTorch backend). DP attention and
+    speculation go in an ``--extra_llm_api_options`` YAML file, named here; its contents are a
+    launch note (:func:`launch_notes`)."""
     layout = config.layout
     cmd = ["trtllm-serve", request.model, "--backend", "pytorch", "--tp_size", str(layout.num_devices)]
     if layout.ep > 1:
         cmd += ["--ep_size", str(layout.ep)]
     cmd += ["--max_batch_size", str(config.batch)]
-    if config.spec is not None:
-        cmd += ["--extra_llm_api_options", "speculative.yaml"]
+    if trtllm_options(config, spec):
+        cmd += ["--extra_llm_api_options", TRTLLM_OPTIONS_FILE]
     return cmd
 
 
@@ -583,11 +605,21 @@ def launch_commands(request: PlanRequest, config: Config, devices_per_node: int,
     return {first: commands[first], **{k: v for k, v in commands.items() if k != first}}
 
 
-def launch_notes(request: PlanRequest, config: Config, *, expert_dtype: str, cuda: bool = True) -> list[str]:
+def launch_notes(request: PlanRequest, config: Config, spec: Any = None, *, expert_dtype: str,
+                 cuda: bool = True) -> list[str]:
     """What the launch commands cannot say with a flag (a checkpoint to serve instead, a
     DeepEP mode the engine cannot switch per step, an engine that moves the experts' tokens
-    otherwise than the plan priced)."""
+    otherwise than the plan priced, TensorRT-LLM's options file)."""
+    import json
+
     notes = [quantization_flags(engine, config.quantization)[1] for engine in ("sglang", "vllm", "trtllm")]
+    options = trtllm_options(config, spec)
+    if options:  # JSON is YAML: the file's contents as they are to be written
+        notes.append(f"trtllm: {TRTLLM_OPTIONS_FILE} holds {json.dumps(options)}")
+    if config.layout.dp > 1 and config.layout.tp > 1:
+        notes.append(f"trtllm: enable_attention_dp gives every rank its own attention; the plan's "
+                     f"{config.layout.describe()} shards attention over {config.layout.tp} ranks in each DP group, "
+                     "which TensorRT-LLM has no setting for")
     if (request.engine == "sglang" and request.all_reduce_fusion == "off"
             and not reaches(request.engine_version, SGLANG_FUSION_OFF_SINCE)):
         notes.append(f"sglang {request.engine_version} has no flag to turn the all-reduce fusion off (from "

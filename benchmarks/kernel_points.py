@@ -12,7 +12,9 @@ same cost model `simulate` uses, against a timing published in a pull request:
   aiconfigurator's tables;
 - vLLM's fused Marlin MoE (W4A16) on an H20, the 96 GB card (flagos-ai/FlagGems PR 3609, the
   'vLLM' column; shapes M x E x K x N x top-k with K the hidden size and N the expert's
-  intermediate size; group size taken as 128), priced analytically: the H20 has no tables.
+  intermediate size; group size taken as 128), priced analytically: the H20 has no tables. The
+  four with 16 or more rows an expert set the H20's Marlin MoE compute share (in-sample); the
+  other nine are out of sample.
 
 Nothing here feeds the simulator. Run: .venv/bin/python benchmarks/kernel_points.py
 """

@@ -64,26 +64,58 @@ def test_weight_only_kernels_pad_rows_to_16_not_64() -> None:
     assert compute(1, "bf16") == pytest.approx(compute(64, "bf16")) == pytest.approx(4 * sixteen)
 
 
-def test_a_fused_moe_pays_the_kernel_familys_fixed_time_on_its_two_gemms_only() -> None:
-    """Of a fused MoE's five kernels, the two expert GEMMs pay Marlin's fixed time, the routing,
-    alignment and activation kernels the device's."""
-    experts, hidden, inter = 8, 256, 128
-    x = TensorSpec((1, hidden), BF)
+def int4_moe_cost(tokens: int, experts: int = 8, hidden: int = 256, inter: int = 128, top_k: int = 2,
+                  dtype: str = "w4a16") -> OpCost:
+    """One rank's fused MoE over ``tokens`` tokens, every expert local, INT4 weights in groups of 128."""
+    x = TensorSpec((tokens, hidden), BF)
     named = dict(x=x, w13=TensorSpec((experts, 2 * inter, hidden // 8), torch.int32, "weight"),
                  w13_scale=TensorSpec((experts, 2 * inter, hidden // 128), BF, "weight"),
                  w2=TensorSpec((experts, hidden, inter // 8), torch.int32, "weight"),
-                 w2_scale=TensorSpec((experts, hidden, 1), BF, "weight"), tokens=1, top_k=2, num_experts=experts,
-                 local_experts=experts, routed_rows=2.0, active_experts=2.0, straggler=1.0, moe_tp=1, dtype="w4a16",
+                 w2_scale=TensorSpec((experts, hidden, max(1, inter // 128)), BF, "weight"), tokens=tokens,
+                 top_k=top_k, num_experts=experts, local_experts=experts, routed_rows=float(tokens * top_k),
+                 active_experts=float(min(experts, tokens * top_k)), straggler=1.0, moe_tp=1, dtype=dtype,
                  distribution="balanced")
-    cost = cost_of(OpRecord("infercast::fused_moe", tuple(named.values()), (x,), "mlp", 0, named=named))
-    assert (cost.kernels, cost.gemm_kernels) == (5, 2)
+    return cost_of(OpRecord("infercast::fused_moe", tuple(named.values()), (x,), "mlp", 0, named=named))
+
+
+def test_a_fused_moe_pays_the_kernel_familys_fixed_time_on_its_two_gemms_only() -> None:
+    """Of a fused MoE's five kernels, the two expert GEMMs pay Marlin's fixed time, the routing,
+    alignment and activation kernels the device's."""
+    cost = int4_moe_cost(1)
+    assert (cost.kernels, cost.gemm_kernels, cost.grouped) == (5, 2, True)
     marlin = H200.efficiency.streams["marlin"]
-    roof = max(analytic.compute_seconds(cost, H200), cost.bytes / (4.8e12 * marlin.memory))
+    roof = max(analytic.compute_seconds(cost, H200, marlin), cost.bytes / (4.8e12 * marlin.memory))
     fixed = analytic.kernel_time(cost, H200, "marlin").seconds - roof
     assert fixed == pytest.approx(3 * H200.efficiency.kernel_fixed_s + 2 * marlin.fixed_s)
     assert analytic.kernel_time(cost, H200).seconds == pytest.approx(  # no family: five at the device's
         5 * H200.efficiency.kernel_fixed_s + max(analytic.compute_seconds(cost, H200),
                                                  cost.bytes / (4.8e12 * H200.efficiency.memory)))
+
+
+def test_a_compute_bound_marlin_moe_runs_its_real_rows_at_the_familys_own_share_of_the_peak() -> None:
+    """Marlin's fused MoE reaches about a quarter of Hopper's bf16 peak once compute-bound
+    (0.32 on the capped H20), over its real rows; its dense GEMM and a bf16 MoE keep the
+    device's GEMM figure."""
+    big = int4_moe_cost(4096, experts=64, hidden=4096, inter=1024, top_k=8)  # 512 rows an expert
+    flops = 4096 * 8 * 2 * 3 * 4096 * 1024
+    assert big.flops == pytest.approx(flops)
+    for device, share in ((H20, 0.32), (H200, 0.26), (H100, 0.26)):
+        marlin = device.efficiency.streams["marlin"]
+        assert marlin.grouped_compute == share
+        timed = analytic.kernel_time(big, device, "marlin")
+        assert timed.bound == "compute"
+        assert timed.seconds == pytest.approx(flops / (device.peak("bf16") * share) + 3 * device.efficiency.kernel_fixed_s
+                                              + 2 * marlin.fixed_s)
+    # a few rows an expert: no padding to 16 (the stream, not the padded MMAs, sets the time)
+    few = int4_moe_cost(4, experts=64, hidden=4096, inter=1024, top_k=2)
+    marlin = H20.efficiency.streams["marlin"]
+    assert analytic.compute_seconds(few, H20, marlin) == pytest.approx(few.flops / (H20.peak("bf16") * 0.32))
+    assert analytic.kernel_time(few, H20, "marlin").bound in ("memory", "latency")
+    # without the family (TensorRT-LLM's own kernel) or for bf16 experts: the generic figure
+    generic = big.flops / (H20.peak("bf16") * H20.efficiency.gemm_efficiency("bf16", "bf16"))
+    assert analytic.compute_seconds(big, H20) == pytest.approx(generic, rel=0.05)
+    bf16 = int4_moe_cost(4096, experts=64, hidden=4096, inter=1024, top_k=8, dtype="bf16")
+    assert analytic.compute_seconds(bf16, H20, marlin) == pytest.approx(generic, rel=0.05)
 
 
 def test_fp4_weights_run_at_the_bf16_rate_where_there_are_no_fp4_tensor_cores() -> None:

@@ -22,7 +22,9 @@ A kernel's time is
 
 A weight-only GEMM whose kernel family the device has its own streaming figure for (Marlin on
 sm_90: :attr:`~infercast.devices.Efficiency.streams`) streams at that figure, and its GEMM
-kernels pay that figure's fixed time (a fused MoE's other kernels keep the device's).
+kernels pay that figure's fixed time (a fused MoE's other kernels keep the device's); the
+family's fused MoE computes its real rows at the family's own share of the bf16 peak where the
+device has one (Marlin's MoE on sm_90: about a quarter, an Ampere kernel on Hopper).
 
 The kernel is ``latency`` bound when its fixed time exceeds the roofline, else ``compute``
 or ``memory`` bound. Collectives: :func:`collective_time`; EP all-to-all:
@@ -35,7 +37,7 @@ import math
 from dataclasses import dataclass
 
 from infercast.cost import COMPUTE_DTYPE, OpCost
-from infercast.devices import DeviceSpec
+from infercast.devices import DeviceSpec, KernelStream
 
 ATTENTION_KINDS = ("attention", "mla_attention")
 """OpCost kinds priced at the device's attention efficiency."""
@@ -72,10 +74,14 @@ def wave_use(m: int, n: int, k: int, count: float, sm_count: int | None) -> floa
     return min(1.0, steps / sm_count)
 
 
-def compute_seconds(cost: OpCost, device: DeviceSpec) -> float:
+def compute_seconds(cost: OpCost, device: DeviceSpec, stream: KernelStream | None = None) -> float:
+    """The compute roof; a grouped GEMM of a kernel family with its own compute figure
+    (``stream.grouped_compute``) runs its real rows at that share of the bf16 peak."""
     if not cost.flops:
         return 0.0
     eff = device.efficiency
+    if cost.grouped and stream is not None and stream.grouped_compute and cost.kernel_dtype in stream.dtypes:
+        return cost.flops / (device.peak("bf16") * stream.grouped_compute)
     peak = device.peak(cost.compute_dtype)
     if cost.kind in ATTENTION_KINDS:
         return cost.flops / (device.peak("bf16") * eff.attention)
@@ -99,7 +105,9 @@ def kernel_time(cost: OpCost, device: DeviceSpec, kernel: str | None = None) -> 
     family the device has its own streaming figure for (``kernel``: ``marlin``) stream at it,
     and its GEMM kernels pay its fixed time."""
     stream = device.efficiency.streams.get(kernel) if kernel else None
-    compute = compute_seconds(cost, device)
+    if stream is not None and cost.kernel_dtype not in stream.dtypes:
+        stream = None  # measured for other dtypes: the generic figures
+    compute = compute_seconds(cost, device, stream)
     memory = cost.bytes / (device.hbm_bandwidth_bytes_per_s * (stream.memory if stream else device.efficiency.memory))
     roof = max(compute, memory)
     streamed = min(cost.gemm_kernels, cost.kernels) if stream else 0

@@ -47,6 +47,8 @@ class OpCost:
     """One GEMM's (m, n, k), for tile quantisation (per expert for grouped GEMMs)."""
     gemm_count: float = 1.0
     """GEMMs of that shape the operator runs (grouped GEMMs: one per active expert)."""
+    grouped: bool = False
+    """The GEMMs run as grouped kernels over many experts' weights (a fused MoE)."""
     collective: str | None = None
     """``all_reduce``, ``all_gather``, ``reduce_scatter`` or ``all_to_all``."""
     message_bytes: float = 0.0
@@ -138,7 +140,7 @@ def _fused_moe(record: OpRecord) -> OpCost:
     per_expert_rows = max(1, round(rows / active)) if active else 1
     return OpCost(flops=flops, compute_dtype=COMPUTE_DTYPE[record["dtype"]], bytes=weights + activations, kind="gemm",
                   kernel_dtype=record["dtype"], kernels=5, gemm_kernels=2, gemm_mnk=(per_expert_rows, inter2, hidden),
-                  gemm_count=active)
+                  gemm_count=active, grouped=True)
 
 
 @register_cost("infercast::quantize_activation")

@@ -33,17 +33,30 @@ class KernelStream:
     dtypes: frozenset[str]
     """The kernel dtypes it was measured for; the family's other dtypes stream at the generic figure."""
     source: str
+    grouped_compute: float | None = None
+    """Achieved / peak bf16 tensor rate of the family's grouped GEMMs (a fused MoE) once they are
+    compute-bound, over their real rows (None: the device's GEMM figure, rows padded)."""
 
 
-MARLIN_SM90 = KernelStream(
-    memory=0.520, fixed_s=7.67e-6, dtypes=frozenset({"w4a16"}),
-    source="vLLM's Marlin W4A16 GEMM (int4, group 128) at one row on an H200, CUPTI kernel times: 20.3 us for "
-    "8192 x 8192, 38.1 us for 8192 x 16384, 40.6 us for 7168 x 20480 and 138.4 us for 8192 x 81920 (tile-ai/TileOPs "
+MARLIN_STREAM_SOURCE = (
+    "vLLM's Marlin W4A16 GEMM (int4, group 128) at one row on an H200, CUPTI kernel times: 20.3 us for 8192 x 8192, 38.1 us for 8192 x 16384, 40.6 us for 7168 x 20480 and 138.4 us for 8192 x 81920 (tile-ai/TileOPs "
     "PR 1874, the 'Marlin' column); over the int4 weights, their bf16 group scales and the activations, a "
     "least-squares fit of relative error gives 7.67 us + 0.520 of peak bandwidth, each point within 7.1% "
     "(benchmarks/derive_device_constants.py). Marlin is an Ampere kernel (mma.sync, cp.async) that sm_90 does not "
     "keep streaming: on an H100 it took 0.46 of a bf16 GEMV's time for 8192 x 8192 at one row while moving 0.25 of "
-    "its bytes (inclusionAI/humming PR 2). Taken for every sm_90 device")
+    "its bytes (inclusionAI/humming PR 2). Taken for every sm_90 device.")
+MARLIN_SM90 = KernelStream(
+    memory=0.520, fixed_s=7.67e-6, dtypes=frozenset({"w4a16"}), grouped_compute=0.26,
+    source=MARLIN_STREAM_SOURCE + " Its fused MoE, once compute-bound, reaches "
+    "0.26 of the bf16 tensor peak: the median over the 100 points of sglang 0.5.14's Marlin MoE tables on H100 and "
+    "H200 (aiconfigurator-core) at EP 1, MoE TP 1 and 4,096-16,384 tokens (0.17-0.30; "
+    "benchmarks/derive_device_constants.py), an Ampere-style kernel's share of Hopper's wgmma rate")
+MARLIN_H20 = replace(
+    MARLIN_SM90, grouped_compute=0.32,
+    source=MARLIN_STREAM_SOURCE + " On the H20, whose tensor rate is capped, its fused "
+    "MoE reaches 0.32 of the bf16 peak once an expert has 16 or more rows: the median of vLLM's fused Marlin MoE "
+    "timings on an H20 96 GB at 16-80 rows an expert (flagos-ai/FlagGems PR 3609: Mixtral's shape at 64 tokens and "
+    "a 512-expert top-10 shape at 1,024-4,096 tokens, 0.25-0.40; benchmarks/derive_device_constants.py)")
 
 
 @dataclass(frozen=True)
@@ -140,6 +153,7 @@ ASCEND_A3_MEASURED = replace(
 )
 H20_CAPPED = replace(
     HOPPER_H100, gemm={"bf16": 0.85, "fp8": 0.85, "fp8_block": 0.85, "int8": 0.85}, attention=0.73,
+    streams={"marlin": MARLIN_H20},
     source="H20 has no measured tables. Attention: FlashAttention-3 forward on an H20 (head dim 128, 2,048 tokens, "
     "batch 2) ran at 107.8 TFLOP/s causal = 0.73 of 148 and 126.2 non-causal = 0.85 (Dao-AILab/flash-attention "
     "issue #1310). GEMMs: no H20 GEMM measurement was found; the H20's tensor rate is capped far below what its "

@@ -29,9 +29,10 @@ The tables have no dense weight-only int4 GEMM; Marlin's figure on sm_90 (``MARL
 line time = fixed + bytes / (efficiency x HBM peak) through four published one-row Marlin
 timings on an H200, fitted to their relative error (``kernel_points.MARLIN_H200``). Its fused
 MoE's compute share (``grouped_compute``) is the median achieved / bf16 peak of the tables'
-Marlin MoEs at EP 1, MoE TP 1 and at least 4,096 tokens on H100 and H200, and on the H20 (no
+Marlin MoEs at EP 1 and at least 4,096 tokens on H100 and H200, and on the H20 (no
 tables) of the published H20 timings with 16 or more rows an expert
-(``kernel_points.MARLIN_MOE_H20``).
+(``kernel_points.MARLIN_MOE_H20``), each over a curve in the experts' width on a rank fitted to
+the tables (``marlin_moe_compute``).
 """
 
 from __future__ import annotations
@@ -80,26 +81,39 @@ def marlin_stream(device) -> tuple[float, float, list[float]]:
             [(intercept + slope * b) / t - 1 for b, t in points])
 
 
-def marlin_moe_compute(devices: list) -> tuple[list[float], list[float]]:
-    """Achieved / bf16 peak of compute-bound fused Marlin MoEs: the H100 and H200 tables' points at
-    EP 1, MoE TP 1 and >= 4,096 tokens (flops 6 x tokens x top-k x hidden x inter), and the
-    published H20 timings with >= 16 rows an expert."""
+def marlin_moe_compute(devices: list) -> tuple[float, float, float, float, list[float]]:
+    """Marlin's fused MoE once compute-bound: share = s x w / (w + h) of the bf16 peak for experts
+    w wide on a rank (intermediate / MoE TP). Over the H100 and H200 tables' points at EP 1 and
+    >= 4,096 tokens (flops 6 x tokens x top-k x hidden x w), h is the half width (integers
+    0-400) with the least median relative error and s the median share over w / (w + h); on the
+    H20, s is the median over the published timings with >= 16 rows an expert. Returns (s, h,
+    that median error, the H20's s, the H20 shares)."""
     from kernel_points import MARLIN_MOE_H20
 
-    tables = []
+    points = []
     for device in devices:
         system = device.kernel_tables
         moe = aic.load("moe", system, ENGINE, aic.default_version(system, ENGINE))
         for key in moe.keys():
             dtype, kernel, distribution, top_k, _, hidden, inter, moe_tp = key
-            if (dtype, kernel, distribution, moe_tp) != ("w4a16", "marlin", "balanced", 1):
+            if (dtype, kernel, distribution) != ("w4a16", "marlin", "balanced"):
                 continue
-            tables += [tokens * top_k * 6 * hidden * inter / (us * 1e-6) / device.peak("bf16")
+            width = inter / moe_tp
+            points += [(width, tokens * top_k * 6 * hidden * width / (us * 1e-6) / device.peak("bf16"))
                        for (ep, tokens), us in moe.grid(key).points() if ep == 1 and tokens >= 4096]
+
+    def fit(half: int) -> tuple[float, float]:
+        share = statistics.median(e * (w + half) / w for w, e in points)
+        return statistics.median(abs(share * w / (w + half) / e - 1) for w, e in points), share
+
+    half = min(range(401), key=lambda h: fit(h)[0])
+    error, share = fit(half)
     h20 = next(d for d in BUILTIN_DEVICES if d.name == "H20")
     published = [m * top_k * 6 * k * n / (ms * 1e-3) / h20.peak("bf16")
                  for m, e, k, n, top_k, ms in MARLIN_MOE_H20 if m * top_k / e >= 16]
-    return tables, published
+    widths = [n for m, e, k, n, top_k, ms in MARLIN_MOE_H20 if m * top_k / e >= 16]
+    h20_share = statistics.median(p * (w + half) / w for p, w in zip(published, widths))
+    return share, half, error, h20_share, published
 
 
 def attention_fixed(device, system: str, version: str) -> tuple[list[float], list[float]]:
@@ -190,10 +204,10 @@ def main() -> int:
     memory, fixed, errors = marlin_stream(h200)
     print(f"== Marlin W4A16 on sm_90 (H200, TileOPs PR 1874): {memory:.3f} of HBM peak + {fixed * 1e6:.2f} us; "
           f"points within {max(map(abs, errors)):.1%}")
-    tables, h20 = marlin_moe_compute([d for d in BUILTIN_DEVICES if d.name in ("H100", "H200")])
-    print(f"== Marlin MoE compute-bound: H100 and H200 tables {statistics.median(tables):.3f} of bf16 peak (median of "
-          f"{len(tables)}, {min(tables):.2f}-{max(tables):.2f}); H20 (FlagGems PR 3609) {statistics.median(h20):.3f} "
-          f"(median of {len(h20)}, {min(h20):.2f}-{max(h20):.2f})")
+    share, half, error, h20_share, h20 = marlin_moe_compute([d for d in BUILTIN_DEVICES if d.name in ("H100", "H200")])
+    print(f"== Marlin MoE compute-bound: {share:.3f} x w / (w + {half}) of bf16 peak on H100 and H200 (tables; median "
+          f"relative error {error:.1%}); H20 (FlagGems PR 3609) {h20_share:.3f} x w / (w + {half}) from {len(h20)} "
+          f"timings at {min(h20):.2f}-{max(h20):.2f} of peak")
     return 0
 
 

@@ -93,23 +93,30 @@ def test_a_fused_moe_pays_the_kernel_familys_fixed_time_on_its_two_gemms_only() 
 
 
 def test_a_compute_bound_marlin_moe_runs_its_real_rows_at_the_familys_own_share_of_the_peak() -> None:
-    """Marlin's fused MoE reaches about a quarter of Hopper's bf16 peak once compute-bound
-    (0.32 on the capped H20), over its real rows; its dense GEMM and a bf16 MoE keep the
-    device's GEMM figure."""
-    big = int4_moe_cost(4096, experts=64, hidden=4096, inter=1024, top_k=8)  # 512 rows an expert
+    """Marlin's fused MoE reaches 0.278 x w / (w + 123) of Hopper's bf16 peak once compute-bound
+    (0.360 x on the capped H20), w its experts' width on the rank, over its real rows; its dense
+    GEMM and a bf16 MoE keep the device's GEMM figure."""
+    big = int4_moe_cost(4096, experts=64, hidden=4096, inter=1024, top_k=8)  # 512 rows an expert, 1,024 wide
     flops = 4096 * 8 * 2 * 3 * 4096 * 1024
     assert big.flops == pytest.approx(flops)
-    for device, share in ((H20, 0.32), (H200, 0.26), (H100, 0.26)):
+    for device, wide in ((H20, 0.360), (H200, 0.278), (H100, 0.278)):
         marlin = device.efficiency.streams["marlin"]
-        assert marlin.grouped_compute == share
+        share = wide * 1024 / (1024 + 123)
+        assert marlin.grouped_share(1024) == pytest.approx(share)
         timed = analytic.kernel_time(big, device, "marlin")
         assert timed.bound == "compute"
         assert timed.seconds == pytest.approx(flops / (device.peak("bf16") * share) + 3 * device.efficiency.kernel_fixed_s
                                               + 2 * marlin.fixed_s)
+    # MoE TP 4 leaves each rank experts 256 wide: a quarter of the work at a smaller share
+    marlin = H200.efficiency.streams["marlin"]
+    narrow = int4_moe_cost(4096, experts=64, hidden=4096, inter=256, top_k=8)
+    ratio = analytic.compute_seconds(narrow, H200, marlin) / analytic.compute_seconds(big, H200, marlin)
+    assert ratio == pytest.approx(0.25 * (1024 / (1024 + 123)) / (256 / (256 + 123)))
     # a few rows an expert: no padding to 16 (the stream, not the padded MMAs, sets the time)
     few = int4_moe_cost(4, experts=64, hidden=4096, inter=1024, top_k=2)
     marlin = H20.efficiency.streams["marlin"]
-    assert analytic.compute_seconds(few, H20, marlin) == pytest.approx(few.flops / (H20.peak("bf16") * 0.32))
+    assert analytic.compute_seconds(few, H20, marlin) == pytest.approx(few.flops / (H20.peak("bf16")
+                                                                                     * marlin.grouped_share(1024)))
     assert analytic.kernel_time(few, H20, "marlin").bound in ("memory", "latency")
     # without the family (TensorRT-LLM's own kernel) or for bf16 experts: the generic figure
     generic = big.flops / (H20.peak("bf16") * H20.efficiency.gemm_efficiency("bf16", "bf16"))

@@ -24,7 +24,8 @@ A weight-only GEMM whose kernel family the device has its own streaming figure f
 sm_90: :attr:`~infercast.devices.Efficiency.streams`) streams at that figure, and its GEMM
 kernels pay that figure's fixed time (a fused MoE's other kernels keep the device's); the
 family's fused MoE computes its real rows at the family's own share of the bf16 peak where the
-device has one (Marlin's MoE on sm_90: about a quarter, an Ampere kernel on Hopper).
+device has one (Marlin's MoE on sm_90: about a quarter for wide experts, less as MoE TP narrows
+them: an Ampere kernel on Hopper).
 
 The kernel is ``latency`` bound when its fixed time exceeds the roofline, else ``compute``
 or ``memory`` bound. Collectives: :func:`collective_time`; EP all-to-all:
@@ -76,12 +77,14 @@ def wave_use(m: int, n: int, k: int, count: float, sm_count: int | None) -> floa
 
 def compute_seconds(cost: OpCost, device: DeviceSpec, stream: KernelStream | None = None) -> float:
     """The compute roof; a grouped GEMM of a kernel family with its own compute figure
-    (``stream.grouped_compute``) runs its real rows at that share of the bf16 peak."""
+    (``stream.grouped_compute``) runs its real rows at the share of the bf16 peak that figure
+    gives its experts' width on this rank."""
     if not cost.flops:
         return 0.0
     eff = device.efficiency
     if cost.grouped and stream is not None and stream.grouped_compute and cost.kernel_dtype in stream.dtypes:
-        return cost.flops / (device.peak("bf16") * stream.grouped_compute)
+        width = cost.gemm_mnk[1] / 2 if cost.gemm_mnk else math.inf  # gate + up columns: twice the width
+        return cost.flops / (device.peak("bf16") * stream.grouped_share(width))
     peak = device.peak(cost.compute_dtype)
     if cost.kind in ATTENTION_KINDS:
         return cost.flops / (device.peak("bf16") * eff.attention)

@@ -7,6 +7,7 @@ not specifications; they are marked ``calibrated`` and say how they were obtaine
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
@@ -35,7 +36,16 @@ class KernelStream:
     source: str
     grouped_compute: float | None = None
     """Achieved / peak bf16 tensor rate of the family's grouped GEMMs (a fused MoE) once they are
-    compute-bound, over their real rows (None: the device's GEMM figure, rows padded)."""
+    compute-bound, over their real rows, for wide experts (None: the device's GEMM figure, rows
+    padded)."""
+    grouped_half_width: float = 0.0
+    """The expert intermediate width on a rank at which that share falls to half: a rank's share
+    is ``grouped_compute x w / (w + grouped_half_width)`` for width ``w`` (MoE TP narrows it)."""
+
+    def grouped_share(self, width: float) -> float:
+        """Share of the bf16 peak a grouped GEMM over experts ``width`` wide on this rank reaches."""
+        narrowing = 1.0 if width == math.inf else width / (width + self.grouped_half_width)
+        return (self.grouped_compute or 0.0) * narrowing
 
 
 MARLIN_STREAM_SOURCE = (
@@ -46,17 +56,20 @@ MARLIN_STREAM_SOURCE = (
     "keep streaming: on an H100 it took 0.46 of a bf16 GEMV's time for 8192 x 8192 at one row while moving 0.25 of "
     "its bytes (inclusionAI/humming PR 2). Taken for every sm_90 device.")
 MARLIN_SM90 = KernelStream(
-    memory=0.520, fixed_s=7.67e-6, dtypes=frozenset({"w4a16"}), grouped_compute=0.26,
-    source=MARLIN_STREAM_SOURCE + " Its fused MoE, once compute-bound, reaches "
-    "0.26 of the bf16 tensor peak: the median over the 100 points of sglang 0.5.14's Marlin MoE tables on H100 and "
-    "H200 (aiconfigurator-core) at EP 1, MoE TP 1 and 4,096-16,384 tokens (0.17-0.30; "
-    "benchmarks/derive_device_constants.py), an Ampere-style kernel's share of Hopper's wgmma rate")
+    memory=0.520, fixed_s=7.67e-6, dtypes=frozenset({"w4a16"}), grouped_compute=0.278, grouped_half_width=123,
+    source=MARLIN_STREAM_SOURCE + " Its fused MoE, once compute-bound, reaches 0.278 x w / (w + 123) of the bf16 "
+    "tensor peak for experts w wide on a rank (intermediate size / MoE TP): sglang 0.5.14's Marlin MoE tables on H100 "
+    "and H200 (aiconfigurator-core) at EP 1 and 4,096-16,384 tokens, 200 points over MoE TP 1-32, medians 0.075 at "
+    "64 wide, 0.18 at 256, 0.26 at 1,024, 0.27-0.28 from 2,048; the median of the points' shares over that curve, and "
+    "the half width with the least median relative error (3.2%; benchmarks/derive_device_constants.py). An Ampere "
+    "kernel (mma.sync) on Hopper, whose short K loops over narrow experts do not amortise its pipeline")
 MARLIN_H20 = replace(
-    MARLIN_SM90, grouped_compute=0.32,
-    source=MARLIN_STREAM_SOURCE + " On the H20, whose tensor rate is capped, its fused "
-    "MoE reaches 0.32 of the bf16 peak once an expert has 16 or more rows: the median of vLLM's fused Marlin MoE "
-    "timings on an H20 96 GB at 16-80 rows an expert (flagos-ai/FlagGems PR 3609: Mixtral's shape at 64 tokens and "
-    "a 512-expert top-10 shape at 1,024-4,096 tokens, 0.25-0.40; benchmarks/derive_device_constants.py)")
+    MARLIN_SM90, grouped_compute=0.360,
+    source=MARLIN_STREAM_SOURCE + " On the H20, whose tensor rate is capped, its fused MoE reaches 0.360 x w / (w + "
+    "123) of the bf16 peak (the H100/H200 tables' half width): the median over vLLM's fused Marlin MoE timings on an "
+    "H20 96 GB with 16 or more rows an expert (flagos-ai/FlagGems PR 3609: Mixtral's shape at 64 tokens and a "
+    "512-expert top-10 shape at 1,024-4,096 tokens, 0.25-0.40 of the peak) of each share over w / (w + 123) "
+    "(benchmarks/derive_device_constants.py)")
 
 
 @dataclass(frozen=True)

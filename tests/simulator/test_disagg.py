@@ -13,12 +13,15 @@ from types import SimpleNamespace
 import pytest
 
 from infercast.cli import main
+from infercast.agg import StepPricer
 from infercast.disagg import (
     DecodeChoice,
     PrefillChoice,
     combine,
+    decode_choices,
     kv_transfer,
     launch_commands,
+    launch_notes,
     pool_layouts,
 )
 from infercast.plan import Layout, Planner, PlanRequest
@@ -195,6 +198,31 @@ def test_disaggregated_expert_parallel_pools_name_their_deepep_mode_once() -> No
         assert {a for a in cmd if a.startswith("--")} <= SGLANG_PD_ARGS
     for cmd in (vl_prefill, vl_decode):
         assert {a for a in cmd if a.startswith("--")} <= VLLM_ARGS
+
+
+def test_two_batch_overlap_is_offered_and_launched_only_where_the_engine_has_an_all_to_all() -> None:
+    """Qwen3-235B's BF16 experts: sglang has no DeepEP path for them, so its decode pool gets no
+    overlap option; vLLM runs its all-to-all across DP ranks, so the overlap is offered, and the
+    sglang command for such a plan leaves the flag out (sglang refuses it without an a2a
+    backend) with a note saying so."""
+    ep = Layout(16, 1, 16, 16)
+    lengths = LengthDist.fixed(1000, 200)
+    for engine, offered in (("sglang", [False]), ("vllm", [False, True])):
+        planner = Planner(PlanRequest(model="Qwen/Qwen3-235B-A22B", device="H100", engine=engine))
+        choices = decode_choices(planner, StepPricer(planner), ep, None, 64, None, lengths)
+        assert [c.two_batch_overlap for c in choices] == offered
+    request = PlanRequest(model="Qwen/Qwen3-235B-A22B", device="H100", engine="vllm")
+    planner = SimpleNamespace(request=request, device=SimpleNamespace(devices_per_node=8, cuda_arch=90),
+                              spec_requests={}, expert_dtype=lambda quantization: "bf16")
+    config = SimpleNamespace(
+        prefill=SimpleNamespace(layout=ep, quantization=None, chunk=16384),
+        decode=SimpleNamespace(layout=ep, quantization=None, batch=1024, spec=None, two_batch_overlap=True),
+        prefill_instances=1, decode_instances=1)
+    (_, sg_decode, _) = launch_commands(planner, config)["sglang"]
+    assert "--enable-two-batch-overlap" not in sg_decode and "--moe-a2a-backend" not in sg_decode
+    notes = launch_notes(planner, config)
+    assert any(n.startswith("decode pool, sglang: two-batch overlap needs an MoE all-to-all") for n in notes)
+    assert any(n.startswith("prefill pool, sglang: its expert parallelism here runs local experts") for n in notes)
 
 
 def test_cli_both_prints_the_two_side_by_side_and_json_has_both(capsys) -> None:

@@ -238,8 +238,9 @@ def test_sglang_serves_experts_it_cannot_run_behind_deepep_without_it(dtype) -> 
     assert "--moe-a2a-backend" not in sglang and "--deepep-mode" not in sglang
     assert vllm[vllm.index("--all2all-backend") + 1] == "deepep_low_latency"
     notes = launch_notes(SMALL, served, expert_dtype=dtype)
-    assert "vllm: its expert parallelism here runs DeepEP's all-to-all; the plan priced sglang's local experts " \
-           "over every token and an all-reduce" in notes
+    assert "vllm: its expert parallelism here runs an all-to-all; the plan priced sglang's local experts over every " \
+           "token, gathered and reduce-scattered" in notes
+    assert "trtllm: its expert parallelism here runs an all-to-all" not in " ".join(notes)  # both gather, as priced
     assert not any("one DeepEP mode" in note for note in notes)
 
 

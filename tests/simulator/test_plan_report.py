@@ -16,7 +16,16 @@ import pytest
 
 from infercast.cli import build_parser, main
 from infercast.plan import Planner
-from infercast.report_html import breakdown, op_kind, render, simulate_input, spec_of, write_report
+from infercast.report_html import (
+    _launch_block,
+    breakdown,
+    launch_notes_of,
+    op_kind,
+    render,
+    simulate_input,
+    spec_of,
+    write_report,
+)
 from infercast.request import UserInput
 
 from .test_plan import SMALL
@@ -155,6 +164,19 @@ def test_a_breakdown_that_cannot_be_simulated_is_explained_not_fatal(planned, tm
     text = page.read_text()
     assert "could not be re-simulated: --context-length 3072 exceeds" in text and 'id="ops"' not in text
     assert 'id="frontier"' in text
+
+
+def test_the_launch_block_carries_what_the_commands_cannot_say(planned) -> None:
+    """A speculative TensorRT-LLM setup lives in its options file: the report gives its contents."""
+    from infercast.plan import Config, Layout, SpecChoice
+
+    planner, _, _ = planned
+    config = Config(Layout(1, 1, 1, 1), None, 8, SpecChoice(3, 1, 4, next(iter(planner.spec_requests))))
+    notes = launch_notes_of(planner, config)
+    assert any(n.startswith("trtllm: extra_llm_api_options.yaml holds") for n in notes)
+    block = _launch_block(planner, config)
+    assert "--extra_llm_api_options extra_llm_api_options.yaml" in block
+    assert all(html.escape(note) in block for note in notes)
 
 
 @pytest.mark.parametrize("path, message", [

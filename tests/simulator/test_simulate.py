@@ -118,6 +118,38 @@ def test_expert_parallelism_without_an_all_to_all_runs_local_experts_on_every_to
         sim(two_batch_overlap=True, **layout)
 
 
+def test_without_an_all_to_all_shared_experts_shard_over_every_rank_and_the_engine_keeps_its_graphs() -> None:
+    """DeepSeek-V3's INT4 experts under sglang EP8 (TP attention): no DeepEP, so the shared expert
+    is TP-sharded over all 8 ranks (2 x 2,048 / 8 gate/up columns) where DeepEP's layout keeps it
+    whole on each; the all-reduce fusion and piecewise prefill graphs, which sglang turns off
+    only for an all-to-all backend, stay on."""
+    layout = dict(model="deepseek-v3", device="H200", num_devices=8, tp_size=8, ep_size=8, engine_version="0.5.14")
+
+    def shared_columns(result) -> int:
+        return next(r for r, _ in result._timed if r.path.endswith("shared_experts.gate_up_proj")
+                    and r.name in ("infercast::gemm", "infercast::quant_gemm")).outputs[0].shape[-1]
+
+    int4 = sim(quantize_linear_action="W4A16", num_queries=8, decode=True, **layout)
+    fp8 = sim(num_queries=8, decode=True, **layout)  # the FP8 checkpoint: DeepEP
+    assert layer_records(int4, "fused_moe")[0]["dispatch"] == "local" and shared_columns(int4) == 2 * 2048 // 8
+    assert layer_records(fp8, "fused_moe")[0]["dispatch"] == "all_to_all" and shared_columns(fp8) == 2 * 2048
+    assert any(n.startswith("all-reduce fusion:") for n in int4.notes)
+    assert not any(n.startswith("all-reduce fusion:") for n in fp8.notes)
+    prefill = {name: sim(num_queries=1, query_length=1024, **layout, **extra) for name, extra in
+               (("int4", {"quantize_linear_action": "W4A16"}), ("fp8", {}))}
+    assert not any("prefill launched eagerly" in n for n in prefill["int4"].notes)
+    assert any("an MoE all-to-all backend (DeepEP)" in n for n in prefill["fp8"].notes)
+
+
+def test_a_bf16_moe_without_an_all_to_all_is_priced_from_the_engines_own_table_at_its_ep_size() -> None:
+    """The standard dispatcher runs the engine's own fused MoE (triton) over the local experts,
+    which sglang's tables measure by EP size."""
+    result = sim(model="qwen3-235b-a22b", device="H100", num_devices=8, tp_size=8, ep_size=8, num_queries=64,
+                 decode=True)
+    moe = next(op for op in result.ops if op.name.startswith("fused_moe"))
+    assert moe.source in ("measured", "interpolated") and moe.origin.startswith("moe sglang")
+
+
 def test_the_standard_dispatcher_gathers_dp_ranks_tokens_as_sglang_pads_them() -> None:
     """Decode (sglang's max-len padding): attention-TP ranks reduce-scatter, all 8 ranks gather,
     and the way back mirrors it. Prefill (sum-len): one all-reduce over a buffer of every DP

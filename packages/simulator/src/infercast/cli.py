@@ -337,15 +337,17 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
     launch, notes = {}, []
     if result.best is not None:
         experts = {"expert_dtype": planner.expert_dtype(result.best.quantization),
-                   "cuda": planner.device.cuda_arch is not None}
+                   "cuda_arch": planner.device.cuda_arch}
         launch = launch_commands(request, result.best, planner.device.devices_per_node, planner.spec_for(result.best),
                                  **experts)
         notes = launch_notes(request, result.best, planner.spec_for(result.best), **experts)
-    disagg_launch = {}
+    disagg_launch, disagg_notes = {}, []
     if result.disagg is not None and result.disagg.best is not None:
         from infercast.disagg import launch_commands as disagg_commands
+        from infercast.disagg import launch_notes as disagg_launch_notes
 
         disagg_launch = disagg_commands(planner, result.disagg.best)
+        disagg_notes = disagg_launch_notes(planner, result.disagg.best)
     plots = plot(result, args.plot) if args.plot and result.configs else []
     if args.report:
         from infercast.report_html import write_report
@@ -356,7 +358,7 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
 
         print(json.dumps(strict_json({
             "mode": request.mode, "serving": serving_json(request),
-            "disagg": disagg_json(result.disagg, disagg_launch),
+            "disagg": disagg_json(result.disagg, disagg_launch, disagg_notes),
             "model": request.model, "device": request.device, "num_devices": list(request.num_devices),
             "input_length": request.input_length, "output_length": request.output_length,
             "ttft_slo_ms": request.ttft_slo_ms, "tpot_slo_ms": request.tpot_slo_ms,
@@ -373,7 +375,7 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
         else:
             print_header(result, console)
         if result.disagg is not None:
-            print_disagg(result, disagg_launch, console)
+            print_disagg(result, disagg_launch, console, disagg_notes)
         if args.report:
             console.print(f"report: {args.report}", highlight=False)
     found = result.best is not None or (result.disagg is not None and result.disagg.best is not None)
@@ -434,14 +436,14 @@ def serving_json(request: Any) -> dict:
             "transfer_backend": s.transfer_backend}
 
 
-def disagg_json(disagg: Any, launch: dict) -> dict | None:
+def disagg_json(disagg: Any, launch: dict, notes: Sequence[str] = ()) -> dict | None:
     if disagg is None:
         return None
     return {"configurations": len(disagg.configs), "frontier": [c.to_dict() for c in disagg.frontier],
             "best": disagg.best.to_dict() if disagg.best else None,
             "closest": [c.to_dict() for c in sorted(disagg.configs, key=lambda c: c.violation)[:5]]
             if disagg.best is None else [],
-            "launch": {k: [" ".join(cmd) for cmd in v] for k, v in launch.items()}}
+            "launch": {k: [" ".join(cmd) for cmd in v] for k, v in launch.items()}, "launch_notes": list(notes)}
 
 
 def print_header(result: Any, console: Console) -> None:
@@ -454,7 +456,7 @@ def print_header(result: Any, console: Console) -> None:
         console.print(f"[yellow]note:[/yellow] {note}")
 
 
-def print_disagg(result: Any, launch: dict, console: Console) -> None:
+def print_disagg(result: Any, launch: dict, console: Console, launch_notes: Sequence[str] = ()) -> None:
     import shlex
 
     d = result.disagg
@@ -501,6 +503,8 @@ def print_disagg(result: Any, launch: dict, console: Console) -> None:
                       f"x{d.best.decode_instances}, then the {'router' if engine == 'sglang' else 'example proxy'}:")
         for cmd in commands:
             console.print(shlex.join(cmd), markup=False, highlight=False, soft_wrap=True)
+    for note in launch_notes:
+        console.print(f"[yellow]note:[/yellow] {escape(note)}", soft_wrap=True)
 
 
 def print_plan(result, launch: dict, plots: list[str], console: Console, launch_notes: Sequence[str] = ()) -> None:

@@ -329,6 +329,31 @@ def plan_disagg(planner: Planner, progress: Callable[[int, int], None] | None = 
 # ------------------------------------------------------------------------------ launch commands
 
 
+def sglang_overlaps(planner: Planner, decode: DecodeChoice) -> bool:
+    """Whether sglang can run the decode pool's two-batch overlap: only with an MoE all-to-all."""
+    from infercast.engines import engine_named
+
+    return engine_named("sglang").moe_all_to_all.runs(planner.expert_dtype(decode.quantization), decode.layout.dp,
+                                                      planner.device.cuda_arch)
+
+
+def launch_notes(planner: Planner, config: DisaggConfig) -> list[str]:
+    """What the pools' launch commands cannot say: an engine that moves the experts' tokens
+    otherwise than the plan priced, and a two-batch overlap sglang cannot run."""
+    from infercast.plan import dispatch_notes
+
+    r, arch = planner.request, planner.device.cuda_arch
+    notes = []
+    for pool, choice in (("prefill", config.prefill), ("decode", config.decode)):
+        notes += [f"{pool} pool, {note}" for note in dispatch_notes(
+            r, choice.layout, planner.expert_dtype(choice.quantization), arch, ("sglang", "vllm"),
+            decode_only=pool == "decode")]
+    if config.decode.two_batch_overlap and not sglang_overlaps(planner, config.decode):
+        notes.append("decode pool, sglang: two-batch overlap needs an MoE all-to-all, which sglang does not run for "
+                     "these experts: its command runs without it, where the plan priced the overlap")
+    return notes
+
+
 def launch_commands(planner: Planner, config: DisaggConfig) -> dict[str, list[list[str]]]:
     """sglang: one prefill and one decode server command (repeat per instance and node, with
     its host and ports) and the router over all of them; vLLM: the same servers with the
@@ -338,7 +363,7 @@ def launch_commands(planner: Planner, config: DisaggConfig) -> dict[str, list[li
     from infercast.plan import Config, sglang_command, vllm_command
 
     r = planner.request
-    per_node, cuda = planner.device.devices_per_node, planner.device.cuda_arch is not None
+    per_node, arch = planner.device.devices_per_node, planner.device.cuda_arch
     p, d = config.prefill, config.decode
     spec = planner.spec_requests[d.spec.option] if d.spec is not None else None
     chunk = p.chunk
@@ -346,15 +371,15 @@ def launch_commands(planner: Planner, config: DisaggConfig) -> dict[str, list[li
     decode = Config(d.layout, d.quantization, d.batch, d.spec)
     backend = r.serving.transfer_backend
     sg_prefill = sglang_command(r, prefill, per_node, spec, deepep_mode="normal",
-                                expert_dtype=planner.expert_dtype(p.quantization), cuda=cuda)[:-1] + [
+                                expert_dtype=planner.expert_dtype(p.quantization), cuda_arch=arch)[:-1] + [
         "--disaggregation-mode", "prefill", "--disaggregation-transfer-backend", backend,
         "--chunked-prefill-size", str(chunk), "--port", "30000", "--trust-remote-code"]
     sg_prefill = [a for i, a in enumerate(sg_prefill) if not (a == "--max-running-requests"
                                                             or (i and sg_prefill[i - 1] == "--max-running-requests"))]
     sg_decode = sglang_command(r, decode, per_node, spec, deepep_mode="low_latency",
-                               expert_dtype=planner.expert_dtype(d.quantization), cuda=cuda)[:-1] + [
+                               expert_dtype=planner.expert_dtype(d.quantization), cuda_arch=arch)[:-1] + [
         "--disaggregation-mode", "decode", "--disaggregation-transfer-backend", backend]
-    if d.two_batch_overlap:
+    if d.two_batch_overlap and sglang_overlaps(planner, d):
         sg_decode += ["--enable-two-batch-overlap"]
     sg_decode += ["--port", "30001", "--trust-remote-code"]
     router = ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]

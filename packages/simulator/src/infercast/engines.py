@@ -181,19 +181,24 @@ class MoEAllToAll:
     needs_dp: bool
     """The all-to-all runs only across data-parallel attention ranks."""
     source: str
+    min_cuda_arch: int = 0
+    """NVIDIA GPUs below this compute capability run no dtype behind it."""
 
-    def runs(self, kernel_dtype: str, dp: int, cuda: bool = True) -> bool:
-        """Whether ``kernel_dtype`` experts go through the all-to-all at DP size ``dp``, on an
-        NVIDIA GPU (``cuda``) or another vendor's device."""
-        by_dtype = self.cuda_dtypes is None or not cuda or kernel_dtype in self.cuda_dtypes
-        return by_dtype and (dp > 1 or not self.needs_dp)
+    def runs(self, kernel_dtype: str, dp: int, cuda_arch: int | None) -> bool:
+        """Whether ``kernel_dtype`` experts go through the all-to-all at DP size ``dp`` on a device
+        of compute capability ``cuda_arch`` (None: another vendor's)."""
+        if dp == 1 and self.needs_dp:
+            return False
+        if cuda_arch is None:
+            return True
+        return cuda_arch >= self.min_cuda_arch and (self.cuda_dtypes is None or kernel_dtype in self.cuda_dtypes)
 
 
 SGLANG_ALL_TO_ALL = MoEAllToAll(
-    cuda_dtypes=frozenset({"fp8", "fp8_block"}), needs_dp=False,
+    cuda_dtypes=frozenset({"fp8", "fp8_block"}), needs_dp=False, min_cuda_arch=90,
     source="sglang 0.5.9 and 0.5.14 (ep_moe/layer.py): --moe-a2a-backend deepep makes every MoE layer a DeepEPMoE, "
-    "which on CUDA runs FP8 experts (Fp8Config, through DeepGEMM) and W4AFp8 ones (on ROCm and Ascend its aiter and "
-    "NPU paths take every method); for other methods run_moe_core reaches "
+    "which on CUDA runs FP8 experts (Fp8Config, through DeepGEMM, whose JIT needs sm_90 or newer) and W4AFp8 ones "
+    "(on ROCm and Ascend its aiter and NPU paths take every method); for other methods run_moe_core reaches "
     "'assert False, forward_deepgemm_contiguous is deprecated' (INT4 weight-only experts take a "
     "StandardDispatchOutput only, compressed_tensors_wNa16_moe.py; BF16 experts only in 0.5.14's low-latency mode), "
     "so those serve expert parallelism with --moe-a2a-backend none, the standard dispatcher (communicator.py: "
@@ -387,6 +392,10 @@ register(Engine(
                  "scheduler gains 1.03x at batch 1, TensorRT-LLM tech blog 2): " + SGLANG_STEP.source),
     request=replace(SGLANG_REQUEST, source="assumed equal to sglang's: " + SGLANG_REQUEST.source),
     pointwise=TRTLLM_POINTWISE,
-    moe_all_to_all=MoEAllToAll(None, False, "assumed: TensorRT-LLM's all-to-all for every expert dtype and layout "
-                               "(its MoE communication choice not read)"),
+    moe_all_to_all=MoEAllToAll(
+        frozenset(), needs_dp=True,
+        source="TensorRT-LLM's wide-EP fused MoE (select_alltoall_method_type): no all-to-all without attention DP, "
+        "at TP 1 or with EP no larger than top-k; with them, MNNVL's on multi-node NVLink (GB200 NVL72, not a built-in "
+        "device) or DeepEP's only on request (TRTLLM_CAN_USE_DEEP_EP=1, bf16); else tokens are all-gathered and "
+        "reduce-scattered, as the standard dispatcher here"),
 ))

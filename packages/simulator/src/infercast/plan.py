@@ -288,7 +288,7 @@ class Planner:
                              kv_cache_dtype=KV_DTYPES[self.request.kv_cache_dtype],
                              expert_imbalance=self.request.expert_imbalance, pointwise=self.costs.engine.pointwise,
                              moe_all_to_all=self.costs.engine.moe_all_to_all.runs(
-                                 plan.routed_experts.kernel_dtype, layout.dp, self.device.cuda_arch is not None))
+                                 plan.routed_experts.kernel_dtype, layout.dp, self.device.cuda_arch))
             built = build(self.config, self.profile, ctx, self.manager)
             chunk = self.request.serving.chunked_prefill_size or default_chunk(self.device.memory_bytes)
             ctx.prefill_graph_tokens = prefill_graph_tokens(self.costs, built, parallel, chunk,
@@ -519,10 +519,10 @@ def sglang_fusion_flags(mode: str, version: str | None) -> list[str]:
 
 
 def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, spec: Any = None,
-                   deepep_mode: str = "auto", *, expert_dtype: str, cuda: bool = True) -> list[str]:
+                   deepep_mode: str = "auto", *, expert_dtype: str, cuda_arch: int | None = 90) -> list[str]:
     """``python -m sglang.launch_server ...`` for ``config`` (first node's command when multi-node).
     Expert parallelism runs through DeepEP where sglang runs ``expert_dtype`` experts behind it
-    on these devices (``cuda``: NVIDIA GPUs), ``auto`` taking the normal kernels for prompt
+    on these devices (``cuda_arch``: their compute capability, None for another vendor's), ``auto`` taking the normal kernels for prompt
     steps and the low-latency ones for decode (a disaggregated pool names one); elsewhere
     through the standard dispatcher (no a2a backend)."""
     layout = config.layout
@@ -531,7 +531,7 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
         cmd += ["--dp-size", str(layout.dp), "--enable-dp-attention"]
     if layout.ep > 1:
         cmd += ["--ep-size", str(layout.ep)]
-        if engine_named("sglang").moe_all_to_all.runs(expert_dtype, layout.dp, cuda):
+        if engine_named("sglang").moe_all_to_all.runs(expert_dtype, layout.dp, cuda_arch):
             cmd += ["--moe-a2a-backend", "deepep", "--deepep-mode", deepep_mode]
     if layout.redundant_experts:
         cmd += ["--ep-num-redundant-experts", str(layout.redundant_experts)]
@@ -595,18 +595,18 @@ def trtllm_command(request: PlanRequest, config: Config, spec: Any = None) -> li
 
 
 def launch_commands(request: PlanRequest, config: Config, devices_per_node: int, spec: Any = None, *,
-                    expert_dtype: str, cuda: bool = True) -> dict[str, list[str]]:
+                    expert_dtype: str, cuda_arch: int | None = 90) -> dict[str, list[str]]:
     """The chosen engine's launch command first, then the other engines' equivalents
     (``expert_dtype``: the routed experts' kernel dtype, :meth:`Planner.expert_dtype`)."""
     commands = {"sglang": sglang_command(request, config, devices_per_node, spec, expert_dtype=expert_dtype,
-                                         cuda=cuda),
+                                         cuda_arch=cuda_arch),
                 "vllm": vllm_command(request, config, spec), "trtllm": trtllm_command(request, config, spec)}
     first = request.engine if request.engine in commands else "sglang"
     return {first: commands[first], **{k: v for k, v in commands.items() if k != first}}
 
 
 def launch_notes(request: PlanRequest, config: Config, spec: Any = None, *, expert_dtype: str,
-                 cuda: bool = True) -> list[str]:
+                 cuda_arch: int | None = 90) -> list[str]:
     """What the launch commands cannot say with a flag (a checkpoint to serve instead, a
     DeepEP mode the engine cannot switch per step, an engine that moves the experts' tokens
     otherwise than the plan priced, TensorRT-LLM's options file)."""
@@ -624,21 +624,31 @@ def launch_notes(request: PlanRequest, config: Config, spec: Any = None, *, expe
             and not reaches(request.engine_version, SGLANG_FUSION_OFF_SINCE)):
         notes.append(f"sglang {request.engine_version} has no flag to turn the all-reduce fusion off (from "
                      f"{SGLANG_FUSION_OFF_SINCE}: --enforce-disable-flashinfer-allreduce-fusion)")
-    layout = config.layout
-    if layout.ep > 1:
-        def dispatch(engine: str) -> str:
-            runs = engine_named(engine).moe_all_to_all.runs(expert_dtype, layout.dp, cuda)
-            return "DeepEP's all-to-all" if runs else "local experts over every token and an all-reduce"
-
-        priced = dispatch(request.engine)
-        for engine in ("sglang", "vllm"):
-            if engine != request.engine and dispatch(engine) != priced:
-                notes.append(f"{engine}: its expert parallelism here runs {dispatch(engine)}; the plan priced "
-                             f"{request.engine}'s {priced}")
-        if layout.dp > 1 and priced == dispatch("vllm") == "DeepEP's all-to-all":
-            notes.append("vllm: --all2all-backend runs one DeepEP mode for every step (low-latency here); the plan "
-                         "priced prompt steps with DeepEP's normal kernels, as sglang's --deepep-mode auto runs them")
+    notes += dispatch_notes(request, config.layout, expert_dtype, cuda_arch, ("sglang", "vllm", "trtllm"))
     return [note for note in notes if note]
+
+
+def dispatch_notes(request: PlanRequest, layout: Layout, expert_dtype: str, cuda_arch: int | None,
+                   engines: tuple[str, ...], decode_only: bool = False) -> list[str]:
+    """Where one of ``engines`` moves an expert-parallel layout's tokens otherwise than the plan's
+    engine, which priced it (an all-to-all or the standard dispatcher), and vLLM's single DeepEP
+    mode unless the pool decodes only (``decode_only``)."""
+    if layout.ep == 1:
+        return []
+
+    def dispatch(engine: str) -> str:
+        if engine_named(engine).moe_all_to_all.runs(expert_dtype, layout.dp, cuda_arch):
+            return "an all-to-all"
+        return "local experts over every token" + (", gathered and reduce-scattered" if layout.dp > 1 else
+                                                   " and an all-reduce")
+
+    priced = dispatch(request.engine)
+    notes = [f"{engine}: its expert parallelism here runs {dispatch(engine)}; the plan priced {request.engine}'s "
+             f"{priced}" for engine in engines if engine != request.engine and dispatch(engine) != priced]
+    if "vllm" in engines and not decode_only and layout.dp > 1 and priced == dispatch("vllm") == "an all-to-all":
+        notes.append("vllm: --all2all-backend runs one DeepEP mode for every step (low-latency here); the plan "
+                     "priced prompt steps with DeepEP's normal kernels, as sglang's --deepep-mode auto runs them")
+    return notes
 
 
 def vllm_command(request: PlanRequest, config: Config, spec: Any = None,

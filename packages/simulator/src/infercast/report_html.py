@@ -196,7 +196,7 @@ def launch_of(planner: Any, config: Any) -> dict[str, list[list[str]]]:
 
     commands = launch_commands(planner.request, config, planner.device.devices_per_node, spec_of(planner, config),
                                expert_dtype=planner.expert_dtype(config.quantization),
-                               cuda=planner.device.cuda_arch is not None)
+                               cuda_arch=planner.device.cuda_arch)
     return {engine: [cmd] for engine, cmd in commands.items()}
 
 
@@ -379,9 +379,23 @@ def _counts(result: Any) -> list[str]:
     return counts
 
 
+def launch_notes_of(planner: Any, config: Any) -> list[str]:
+    """What the launch commands cannot say with a flag (:func:`infercast.plan.launch_notes`)."""
+    if is_disagg(config):
+        from infercast.disagg import launch_notes as disagg_notes
+
+        return disagg_notes(planner, config)
+    from infercast.plan import launch_notes
+
+    return launch_notes(planner.request, config, spec_of(planner, config),
+                        expert_dtype=planner.expert_dtype(config.quantization), cuda_arch=planner.device.cuda_arch)
+
+
 def _launch_block(planner: Any, config: Any) -> str:
-    return "<pre>" + html.escape("\n\n".join(f"{engine}:\n" + "\n".join(shlex.join(cmd) for cmd in commands)
-                                             for engine, commands in launch_of(planner, config).items())) + "</pre>"
+    notes = "".join(f"<li>{html.escape(note)}</li>" for note in launch_notes_of(planner, config))
+    return ("<pre>" + html.escape("\n\n".join(f"{engine}:\n" + "\n".join(shlex.join(cmd) for cmd in commands)
+                                               for engine, commands in launch_of(planner, config).items())) + "</pre>"
+            + (f"<ul class='notes'>{notes}</ul>" if notes else ""))
 
 
 def render(result: Any, planner: Any, found: Breakdown | None = None, why_none: str = "") -> str:

@@ -85,7 +85,7 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     model = cost_model_for(user, device)
     ctx.pointwise = model.engine.pointwise
     ctx.moe_all_to_all = model.engine.moe_all_to_all.runs(quant.routed_experts.kernel_dtype, parallel.dp,
-                                                        device.cuda_arch is not None)
+                                                        device.cuda_arch)
     if parallel.two_batch_overlap and ctx.moe_dispatch == "local":
         raise InfercastError("--two-batch-overlap overlaps one micro-batch's MoE all-to-all with the other's "
                              f"compute, and this deployment has none: {standard_dispatch_reason(model, ctx)}")
@@ -133,8 +133,9 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
                             "add and RMSNorm after it (the last layer's all-reduce apart), priced as the all-reduce")
     if ctx.moe_dispatch == "local":
         result.notes.append(f"expert parallelism without an all-to-all: {standard_dispatch_reason(model, ctx)}; each "
-                            "rank runs its local experts over all " + ("gathered " if parallel.dp > 1 else "")
-                            + "tokens and an all-reduce sums them"
+                            "rank runs its local experts over all " + (
+                                "gathered tokens and a reduce-scatter (decode) or an all-reduce (prefill) sums them"
+                                if parallel.dp > 1 else "tokens and an all-reduce sums them")
                             + ("; --enable-shared-expert-tp changes nothing: the shared experts are sharded over "
                                "every rank" if parallel.shared_expert_tp else ""))
     if user.model is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 
 import pytest
@@ -123,6 +124,18 @@ def test_a_compute_bound_marlin_moe_runs_its_real_rows_at_the_familys_own_share_
     assert analytic.compute_seconds(big, H20) == pytest.approx(generic, rel=0.05)
     bf16 = int4_moe_cost(4096, experts=64, hidden=4096, inter=1024, top_k=8, dtype="bf16")
     assert analytic.compute_seconds(bf16, H20, marlin) == pytest.approx(generic, rel=0.05)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("memory", 0.0, "KernelStream.memory is 0.0; it must be in (0, 1]"),
+    ("grouped_compute", 1.5, "KernelStream.grouped_compute is 1.5; it must be None or in (0, 1]"),
+    ("grouped_half_width", -1, "KernelStream.grouped_half_width is -1; it must be >= 0"),
+])
+def test_a_kernel_stream_out_of_range_is_a_clear_error(field, value, message) -> None:
+    from infercast_adapters import InfercastError
+
+    with pytest.raises(InfercastError, match=re.escape(message)):
+        replace(H200.efficiency.streams["marlin"], **{field: value})
 
 
 def test_fp4_weights_run_at_the_bf16_rate_where_there_are_no_fp4_tensor_cores() -> None:

@@ -198,6 +198,8 @@ def test_disaggregated_expert_parallel_pools_name_their_deepep_mode_once() -> No
         assert {a for a in cmd if a.startswith("--")} <= SGLANG_PD_ARGS
     for cmd in (vl_prefill, vl_decode):
         assert {a for a in cmd if a.startswith("--")} <= VLLM_ARGS
+    # each pool names its own mode: no note about vLLM's single mode, no dispatch difference
+    assert launch_notes(planner, config) == []
 
 
 def test_two_batch_overlap_is_offered_and_launched_only_where_the_engine_has_an_all_to_all() -> None:

@@ -97,14 +97,14 @@ def test_launch_commands_use_documented_flags(small_plan) -> None:
     spec = Planner(SMALL).spec_request
     wide = Config(Layout(16, 8, 2, 16), "fp8", 64, SpecChoice(3, 1, 4))
     for config in (best, wide):
-        cmd = sglang_command(SMALL, config, 8, spec, expert_dtype="fp8_block")
+        cmd = sglang_command(SMALL, config, 8, spec, expert_dtype="fp8_block", cuda_arch=90)
         assert cmd[:3] == ["python", "-m", "sglang.launch_server"]
         flags = {part for part in cmd if part.startswith("--")}
         assert flags <= SGLANG_SERVER_ARGS, flags - SGLANG_SERVER_ARGS
         assert shlex.split(shlex.join(cmd)) == cmd
         vllm = vllm_command(SMALL, config, spec)
         assert {p for p in vllm if p.startswith("--")} <= VLLM_SERVE_ARGS
-    cmd = sglang_command(SMALL, wide, 8, spec, expert_dtype="fp8_block")
+    cmd = sglang_command(SMALL, wide, 8, spec, expert_dtype="fp8_block", cuda_arch=90)
     assert cmd[cmd.index("--tp-size") + 1] == "16" and cmd[cmd.index("--dp-size") + 1] == "2"
     assert cmd[cmd.index("--nnodes") + 1] == "2" and cmd[cmd.index("--speculative-num-draft-tokens") + 1] == "4"
     vllm = vllm_command(SMALL, wide, spec)
@@ -172,9 +172,9 @@ def test_bad_plan_input_exits_2(capsys, argv, message) -> None:
 def test_the_launch_command_follows_the_engine() -> None:
     config = Config(Layout(16, 8, 2, 16), None, 64, None)
     for engine in ("sglang", "vllm", "trtllm"):
-        commands = launch_commands(replace(SMALL, engine=engine), config, 8, expert_dtype="bf16")
+        commands = launch_commands(replace(SMALL, engine=engine), config, 8, expert_dtype="bf16", cuda_arch=90)
         assert list(commands)[0] == engine and set(commands) == {"sglang", "vllm", "trtllm"}
-    trt = launch_commands(replace(SMALL, engine="trtllm"), config, 8, expert_dtype="bf16")["trtllm"]
+    trt = launch_commands(replace(SMALL, engine="trtllm"), config, 8, expert_dtype="bf16", cuda_arch=90)["trtllm"]
     assert trt[:2] == ["trtllm-serve", SMALL.model] and trt[trt.index("--ep_size") + 1] == "16"
 
 
@@ -184,28 +184,28 @@ def test_trtllm_takes_dp_attention_and_speculation_from_its_options_file() -> No
     eagle = Config(Layout(8, 1, 8, 1), None, 64, SpecChoice(3, 1, 4))
     cmd = trtllm_command(SMALL, eagle, spec)
     assert cmd[cmd.index("--extra_llm_api_options") + 1] == "extra_llm_api_options.yaml"
-    (note,) = [n for n in launch_notes(SMALL, eagle, spec, expert_dtype="bf16") if "extra_llm_api_options" in n]
+    (note,) = [n for n in launch_notes(SMALL, eagle, spec, expert_dtype="bf16", cuda_arch=90) if "extra_llm_api_options" in n]
     assert json.loads(note.split(" holds ", 1)[1]) == {
         "enable_attention_dp": True,
         "speculative_config": {"decoding_type": "Eagle", "max_draft_len": 3,
                                "speculative_model_dir": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}}
     mtp = Config(Layout(8, 8, 1, 1), None, 64, SpecChoice(2, 1, 3))
-    (note,) = [n for n in launch_notes(SMALL, mtp, None, expert_dtype="bf16") if "extra_llm_api_options" in n]
+    (note,) = [n for n in launch_notes(SMALL, mtp, None, expert_dtype="bf16", cuda_arch=90) if "extra_llm_api_options" in n]
     assert json.loads(note.split(" holds ", 1)[1]) == {
         "speculative_config": {"decoding_type": "MTP", "num_nextn_predict_layers": 2}}
     plain = Config(Layout(8, 8, 1, 1), None, 64, None)
     assert "--extra_llm_api_options" not in trtllm_command(SMALL, plain)
-    assert not any("trtllm" in n for n in launch_notes(SMALL, plain, expert_dtype="bf16"))
+    assert not any("trtllm" in n for n in launch_notes(SMALL, plain, expert_dtype="bf16", cuda_arch=90))
     # attention TP inside DP groups: TensorRT-LLM's attention DP is one rank per group
     assert any("TensorRT-LLM has no setting for" in n
-               for n in launch_notes(SMALL, Config(Layout(16, 8, 2, 16), None, 64, None), expert_dtype="bf16"))
+               for n in launch_notes(SMALL, Config(Layout(16, 8, 2, 16), None, 64, None), expert_dtype="bf16", cuda_arch=90))
 
 
 def test_expert_parallel_launches_through_deepep_as_it_is_priced() -> None:
     """sglang prices FP8 experts under EP with DeepEP (normal kernels for prompt steps,
     low-latency for decode), as its --deepep-mode auto runs them; vLLM takes one mode and the
     plan says so."""
-    fp8 = {"expert_dtype": "fp8_block"}
+    fp8 = {"expert_dtype": "fp8_block", "cuda_arch": 90}
     served = Config(Layout(16, 1, 16, 16), None, 64, None, serving={"chunked_prefill_size": 8192, "policy": "mixed"})
     commands = launch_commands(SMALL, served, 8, **fp8)
     sglang, vllm = commands["sglang"], commands["vllm"]
@@ -232,14 +232,14 @@ def test_sglang_serves_experts_it_cannot_run_behind_deepep_without_it(dtype) -> 
     """sglang's DeepEP MoE runs FP8 experts only (INT4 and BF16 methods take the standard
     dispatcher's output): its command names no a2a backend, and vLLM's DeepEP is noted."""
     served = Config(Layout(16, 1, 16, 16), None, 64, None)
-    commands = launch_commands(SMALL, served, 8, expert_dtype=dtype)
+    commands = launch_commands(SMALL, served, 8, expert_dtype=dtype, cuda_arch=90)
     sglang, vllm = commands["sglang"], commands["vllm"]
     assert sglang[sglang.index("--ep-size") + 1] == "16" and "--enable-dp-attention" in sglang
     assert "--moe-a2a-backend" not in sglang and "--deepep-mode" not in sglang
     assert vllm[vllm.index("--all2all-backend") + 1] == "deepep_low_latency"
-    notes = launch_notes(SMALL, served, expert_dtype=dtype)
-    assert "vllm: its expert parallelism here runs an all-to-all; the plan priced sglang's local experts over every " \
-           "token, gathered and reduce-scattered" in notes
+    notes = launch_notes(SMALL, served, expert_dtype=dtype, cuda_arch=90)
+    assert "vllm: its expert parallelism here runs an all-to-all, where sglang, whose price the plan shows, runs " \
+           "local experts over every token gathered from the DP ranks" in notes
     assert "trtllm: its expert parallelism here runs an all-to-all" not in " ".join(notes)  # both gather, as priced
     assert not any("one DeepEP mode" in note for note in notes)
 
@@ -293,12 +293,12 @@ def test_num_mtp_tokens_sweeps_that_many_mtp_steps(capsys) -> None:
 ])
 def test_quantization_in_launch_commands_is_a_real_engine_value(quantization, sglang_flag, vllm_flag) -> None:
     config = Config(Layout(8, 8, 1, 1), quantization, 16, None)
-    sglang, vllm = sglang_command(SMALL, config, 8, expert_dtype="bf16"), vllm_command(SMALL, config)
+    sglang, vllm = sglang_command(SMALL, config, 8, expert_dtype="bf16", cuda_arch=90), vllm_command(SMALL, config)
     assert ("--quantization" in sglang) == bool(sglang_flag) and ("--quantization" in vllm) == bool(vllm_flag)
     if sglang_flag:
         assert sglang[sglang.index("--quantization") + 1] == sglang_flag[1]
         assert vllm[vllm.index("--quantization") + 1] == vllm_flag[1]
-    notes = launch_notes(SMALL, config, expert_dtype="bf16")
+    notes = launch_notes(SMALL, config, expert_dtype="bf16", cuda_arch=90)
     if quantization == "W4A16":
         assert notes and all("int4 weight-only checkpoint (GPTQ or AWQ" in n for n in notes)
     else:

@@ -156,6 +156,34 @@ def test_a_bf16_moe_without_an_all_to_all_is_priced_from_the_engines_own_table_a
     assert moe.source in ("measured", "interpolated") and moe.origin.startswith("moe sglang")
 
 
+@pytest.mark.parametrize("engine, dtype, dp, arch, reasons", [
+    ("sglang", "fp8_block", 1, 90, []),  # DeepEP at any TP
+    ("sglang", "bf16", 8, 90, ["has no all-to-all MoE path for bf16 experts"]),
+    ("sglang", "bf16", 8, 80, ["has no all-to-all MoE path for bf16 experts", "runs no all-to-all MoE before sm_90"]),
+    ("sglang", "fp8_block", 8, 80, ["runs no all-to-all MoE before sm_90"]),
+    ("sglang", "bf16", 8, None, []),  # ROCm's and Ascend's paths run every method
+    ("vllm", "w4a16", 8, 90, []),
+    ("vllm", "fp8_block", 1, 90, ["runs its all-to-all only across DP attention ranks"]),
+    ("trtllm", "fp8_block", 1, 90, ["runs no all-to-all MoE on this device",
+                                    "runs its all-to-all only across DP attention ranks"]),
+    ("trtllm", "bf16", 8, None, ["runs no all-to-all MoE on this device"]),
+])
+def test_each_engine_says_why_it_runs_no_all_to_all(engine, dtype, dp, arch, reasons) -> None:
+    from infercast.engines import engine_named
+
+    policy = engine_named(engine).moe_all_to_all
+    assert policy.refusals(dtype, dp, arch) == reasons and policy.runs(dtype, dp, arch) is (not reasons)
+
+
+def test_another_vendors_device_runs_sglangs_all_to_all_for_any_dtype_and_tensorrt_llms_for_none() -> None:
+    layout = dict(model="qwen3-235b-a22b", device="MI300X", num_devices=8, tp_size=1, dp_size=8, ep_size=8,
+                  num_queries=64, decode=True)
+    assert "all_to_all" in op_names(sim(**layout))
+    trtllm = sim(engine="trtllm", **layout)
+    assert "all_to_all" not in op_names(trtllm)
+    assert any("trtllm runs no all-to-all MoE on MI300X" in n for n in trtllm.notes)
+
+
 def test_the_standard_dispatcher_gathers_dp_ranks_tokens_as_sglang_pads_them() -> None:
     """Decode (sglang's max-len padding): attention-TP ranks reduce-scatter, all 8 ranks gather,
     and the way back mirrors it. Prefill (sum-len): one all-reduce over a buffer of every DP

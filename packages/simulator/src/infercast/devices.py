@@ -42,6 +42,16 @@ class KernelStream:
     """The expert intermediate width on a rank at which that share falls to half: a rank's share
     is ``grouped_compute x w / (w + grouped_half_width)`` for width ``w`` (MoE TP narrows it)."""
 
+    def __post_init__(self) -> None:
+        for name, value, ok, valid in (
+                ("memory", self.memory, 0 < self.memory <= 1, "in (0, 1]"),
+                ("fixed_s", self.fixed_s, self.fixed_s >= 0, ">= 0"),
+                ("grouped_compute", self.grouped_compute,
+                 self.grouped_compute is None or 0 < self.grouped_compute <= 1, "None or in (0, 1]"),
+                ("grouped_half_width", self.grouped_half_width, self.grouped_half_width >= 0, ">= 0")):
+            if not ok:
+                raise InfercastError(f"KernelStream.{name} is {value!r}; it must be {valid}")
+
     def grouped_share(self, width: float) -> float:
         """Share of the bf16 peak a grouped GEMM over experts ``width`` wide on this rank reaches."""
         narrowing = 1.0 if width == math.inf else width / (width + self.grouped_half_width)
@@ -59,8 +69,8 @@ MARLIN_SM90 = KernelStream(
     memory=0.520, fixed_s=7.67e-6, dtypes=frozenset({"w4a16"}), grouped_compute=0.278, grouped_half_width=123,
     source=MARLIN_STREAM_SOURCE + " Its fused MoE, once compute-bound, reaches 0.278 x w / (w + 123) of the bf16 "
     "tensor peak for experts w wide on a rank (intermediate size / MoE TP): sglang 0.5.14's Marlin MoE tables on H100 "
-    "and H200 (aiconfigurator-core) at EP 1 and 4,096-16,384 tokens, 200 points over MoE TP 1-32, medians 0.075 at "
-    "64 wide, 0.18 at 256, 0.26 at 1,024, 0.27-0.28 from 2,048; the median of the points' shares over that curve, and "
+    "and H200 (aiconfigurator-core) at EP 1 and 4,096-16,384 tokens, 340 points over MoE TP 1-32, medians 0.075 at "
+    "64 wide, 0.18 at 256, 0.26 at 1,024, 0.25-0.28 from 2,048; the median of the points' shares over that curve, and "
     "the half width with the least median relative error (3.2%; benchmarks/derive_device_constants.py). An Ampere "
     "kernel (mma.sync) on Hopper, whose short K loops over narrow experts do not amortise its pipeline")
 MARLIN_H20 = replace(
@@ -247,6 +257,7 @@ class DeviceSpec:
                 "link": self.efficiency.link,
                 "collective_floor_us": self.efficiency.collective_floor_s * 1e6,
                 "streams": {name: {"memory": k.memory, "fixed_us": k.fixed_s * 1e6, "dtypes": sorted(k.dtypes),
+                                   "grouped_compute": k.grouped_compute, "grouped_half_width": k.grouped_half_width,
                                    "source": k.source} for name, k in self.efficiency.streams.items()},
                 "source": self.efficiency.source,
             },

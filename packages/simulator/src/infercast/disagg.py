@@ -346,8 +346,7 @@ def launch_notes(planner: Planner, config: DisaggConfig) -> list[str]:
     notes = []
     for pool, choice in (("prefill", config.prefill), ("decode", config.decode)):
         notes += [f"{pool} pool, {note}" for note in dispatch_notes(
-            r, choice.layout, planner.expert_dtype(choice.quantization), arch, ("sglang", "vllm"),
-            decode_only=pool == "decode")]
+            r, choice.layout, planner.expert_dtype(choice.quantization), arch, ("sglang", "vllm"), one_mode=False)]
     if config.decode.two_batch_overlap and not sglang_overlaps(planner, config.decode):
         notes.append("decode pool, sglang: two-batch overlap needs an MoE all-to-all, which sglang does not run for "
                      "these experts: its command runs without it, where the plan priced the overlap")

@@ -183,15 +183,30 @@ class MoEAllToAll:
     source: str
     min_cuda_arch: int = 0
     """NVIDIA GPUs below this compute capability run no dtype behind it."""
+    other_vendors: bool = True
+    """Whether other vendors' devices run every dtype behind it (else none)."""
+
+    def refusals(self, kernel_dtype: str, dp: int, cuda_arch: int | None) -> list[str]:
+        """Why ``kernel_dtype`` experts do not go through the all-to-all at DP size ``dp`` on a device
+        of compute capability ``cuda_arch`` (None: another vendor's); empty when they do."""
+        reasons = []
+        if cuda_arch is None:
+            if not self.other_vendors:
+                reasons.append("runs no all-to-all MoE on this device")
+        elif self.cuda_dtypes is not None and not self.cuda_dtypes:
+            reasons.append("runs no all-to-all MoE on this device")
+        else:
+            if self.cuda_dtypes is not None and kernel_dtype not in self.cuda_dtypes:
+                reasons.append(f"has no all-to-all MoE path for {kernel_dtype} experts")
+            if cuda_arch < self.min_cuda_arch:
+                reasons.append(f"runs no all-to-all MoE before sm_{self.min_cuda_arch}")
+        if dp == 1 and self.needs_dp:
+            reasons.append("runs its all-to-all only across DP attention ranks")
+        return reasons
 
     def runs(self, kernel_dtype: str, dp: int, cuda_arch: int | None) -> bool:
-        """Whether ``kernel_dtype`` experts go through the all-to-all at DP size ``dp`` on a device
-        of compute capability ``cuda_arch`` (None: another vendor's)."""
-        if dp == 1 and self.needs_dp:
-            return False
-        if cuda_arch is None:
-            return True
-        return cuda_arch >= self.min_cuda_arch and (self.cuda_dtypes is None or kernel_dtype in self.cuda_dtypes)
+        """Whether ``kernel_dtype`` experts go through the all-to-all (see :meth:`refusals`)."""
+        return not self.refusals(kernel_dtype, dp, cuda_arch)
 
 
 SGLANG_ALL_TO_ALL = MoEAllToAll(
@@ -393,7 +408,7 @@ register(Engine(
     request=replace(SGLANG_REQUEST, source="assumed equal to sglang's: " + SGLANG_REQUEST.source),
     pointwise=TRTLLM_POINTWISE,
     moe_all_to_all=MoEAllToAll(
-        frozenset(), needs_dp=True,
+        frozenset(), needs_dp=True, other_vendors=False,
         source="TensorRT-LLM's wide-EP fused MoE (select_alltoall_method_type): no all-to-all without attention DP, "
         "at TP 1 or with EP no larger than top-k; with them, MNNVL's on multi-node NVLink (GB200 NVL72, not a built-in "
         "device) or DeepEP's only on request (TRTLLM_CAN_USE_DEEP_EP=1, bf16); else tokens are all-gathered and "

@@ -519,7 +519,7 @@ def sglang_fusion_flags(mode: str, version: str | None) -> list[str]:
 
 
 def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, spec: Any = None,
-                   deepep_mode: str = "auto", *, expert_dtype: str, cuda_arch: int | None = 90) -> list[str]:
+                   deepep_mode: str = "auto", *, expert_dtype: str, cuda_arch: int | None) -> list[str]:
     """``python -m sglang.launch_server ...`` for ``config`` (first node's command when multi-node).
     Expert parallelism runs through DeepEP where sglang runs ``expert_dtype`` experts behind it
     on these devices (``cuda_arch``: their compute capability, None for another vendor's), ``auto`` taking the normal kernels for prompt
@@ -595,7 +595,7 @@ def trtllm_command(request: PlanRequest, config: Config, spec: Any = None) -> li
 
 
 def launch_commands(request: PlanRequest, config: Config, devices_per_node: int, spec: Any = None, *,
-                    expert_dtype: str, cuda_arch: int | None = 90) -> dict[str, list[str]]:
+                    expert_dtype: str, cuda_arch: int | None) -> dict[str, list[str]]:
     """The chosen engine's launch command first, then the other engines' equivalents
     (``expert_dtype``: the routed experts' kernel dtype, :meth:`Planner.expert_dtype`)."""
     commands = {"sglang": sglang_command(request, config, devices_per_node, spec, expert_dtype=expert_dtype,
@@ -606,7 +606,7 @@ def launch_commands(request: PlanRequest, config: Config, devices_per_node: int,
 
 
 def launch_notes(request: PlanRequest, config: Config, spec: Any = None, *, expert_dtype: str,
-                 cuda_arch: int | None = 90) -> list[str]:
+                 cuda_arch: int | None) -> list[str]:
     """What the launch commands cannot say with a flag (a checkpoint to serve instead, a
     DeepEP mode the engine cannot switch per step, an engine that moves the experts' tokens
     otherwise than the plan priced, TensorRT-LLM's options file)."""
@@ -624,28 +624,29 @@ def launch_notes(request: PlanRequest, config: Config, spec: Any = None, *, expe
             and not reaches(request.engine_version, SGLANG_FUSION_OFF_SINCE)):
         notes.append(f"sglang {request.engine_version} has no flag to turn the all-reduce fusion off (from "
                      f"{SGLANG_FUSION_OFF_SINCE}: --enforce-disable-flashinfer-allreduce-fusion)")
-    notes += dispatch_notes(request, config.layout, expert_dtype, cuda_arch, ("sglang", "vllm", "trtllm"))
+    notes += dispatch_notes(request, config.layout, expert_dtype, cuda_arch, ("sglang", "vllm", "trtllm"),
+                            one_mode=True)
     return [note for note in notes if note]
 
 
 def dispatch_notes(request: PlanRequest, layout: Layout, expert_dtype: str, cuda_arch: int | None,
-                   engines: tuple[str, ...], decode_only: bool = False) -> list[str]:
+                   engines: tuple[str, ...], *, one_mode: bool) -> list[str]:
     """Where one of ``engines`` moves an expert-parallel layout's tokens otherwise than the plan's
-    engine, which priced it (an all-to-all or the standard dispatcher), and vLLM's single DeepEP
-    mode unless the pool decodes only (``decode_only``)."""
+    engine, which priced it (an all-to-all or the standard dispatcher); with ``one_mode`` (one
+    server for prompt and decode steps), that vLLM runs a single DeepEP mode for both."""
     if layout.ep == 1:
         return []
 
     def dispatch(engine: str) -> str:
         if engine_named(engine).moe_all_to_all.runs(expert_dtype, layout.dp, cuda_arch):
             return "an all-to-all"
-        return "local experts over every token" + (", gathered and reduce-scattered" if layout.dp > 1 else
-                                                   " and an all-reduce")
+        return "local experts over every token" + (" gathered from the DP ranks" if layout.dp > 1 else "")
 
     priced = dispatch(request.engine)
-    notes = [f"{engine}: its expert parallelism here runs {dispatch(engine)}; the plan priced {request.engine}'s "
-             f"{priced}" for engine in engines if engine != request.engine and dispatch(engine) != priced]
-    if "vllm" in engines and not decode_only and layout.dp > 1 and priced == dispatch("vllm") == "an all-to-all":
+    notes = [f"{engine}: its expert parallelism here runs {dispatch(engine)}, where {request.engine}, whose price "
+             f"the plan shows, runs {priced}" for engine in engines
+             if engine != request.engine and dispatch(engine) != priced]
+    if "vllm" in engines and one_mode and layout.dp > 1 and priced == dispatch("vllm") == "an all-to-all":
         notes.append("vllm: --all2all-backend runs one DeepEP mode for every step (low-latency here); the plan "
                      "priced prompt steps with DeepEP's normal kernels, as sglang's --deepep-mode auto runs them")
     return notes

@@ -59,17 +59,10 @@ def phase_of(model: CostModel, ctx: SimContext, decode: bool, *, speculative: bo
 
 def standard_dispatch_reason(model: CostModel, ctx: SimContext) -> str:
     """Why this expert-parallel deployment runs the engine's standard dispatcher, not an all-to-all."""
-    engine, dtype, arch = model.engine, ctx.quant.routed_experts.kernel_dtype, model.device.cuda_arch
-    policy = engine.moe_all_to_all
-    if policy.needs_dp and ctx.parallel.dp == 1:
-        why = "runs its all-to-all only across DP attention ranks"
-    elif arch is not None and arch < policy.min_cuda_arch:
-        why = f"runs no all-to-all MoE before sm_{policy.min_cuda_arch}"
-    elif policy.cuda_dtypes == frozenset():
-        why = f"runs no all-to-all MoE on {model.device.name}"
-    else:
-        why = f"has no all-to-all MoE path for {dtype} experts"
-    return f"{engine.name} {why}"
+    engine = model.engine
+    reasons = engine.moe_all_to_all.refusals(ctx.quant.routed_experts.kernel_dtype, ctx.parallel.dp,
+                                             model.device.cuda_arch)
+    return f"{engine.name} " + " and ".join(reasons).replace("this device", model.device.name)
 
 
 def prefill_graph_blockers(model: CostModel, built: BuiltModel, parallel: Any, *, mode: str = "auto") -> list[str]:

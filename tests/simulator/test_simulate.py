@@ -197,7 +197,14 @@ def test_the_standard_dispatcher_gathers_dp_ranks_tokens_as_sglang_pads_them() -
     prefill = sim(num_queries=4, query_length=256, **layout)  # 256 tokens per DP rank
     assert [(r["group_size"], r["x"].shape[0]) for r in layer_records(prefill, "all_reduce")] == [(8, 1024), (8, 1024)]
     assert layer_records(prefill, "fused_moe")[0]["x"].shape[0] == 1024
-    assert [r.outputs[0].shape[0] for r in layer_records(prefill, "index")] == [256]
+    # at attention TP 2 the residual is gathered with the partial sums and every rank's tokens are
+    # normalized after the gather; each rank copies its own rows of the residual and of the output
+    assert [r.outputs[0].shape[0] for r in layer_records(prefill, "index")] == [256, 256]
+    norms = {r.name: r["x"].shape[0] for r, _ in prefill._timed if r.path.endswith("post_attention_layernorm")}
+    assert norms == {"infercast::rms_norm": 1024}
+    tp1 = sim(num_queries=8, query_length=256, **{**layout, "tp_size": 1, "dp_size": 8})
+    norms = {r.name: r["x"].shape[0] for r, _ in tp1._timed if r.path.endswith("post_attention_layernorm")}
+    assert norms == {"infercast::fused_add_rms_norm": 256}  # attention TP 1: each rank's own tokens first
 
 
 def test_layer_repetition_gives_the_same_answer_as_tracing_every_layer() -> None:

@@ -536,34 +536,54 @@ class SimDecoderLayer(SimModule):
             h, residual = self.input_layernorm(h, residual)
         a = self.self_attn(h)
         dispatch = ctx.moe_dispatch if self.is_moe else "tp"
-        # the MoE sees every DP rank's tokens: gathered over all ranks, its output reduce-scattered
-        # in decode (sglang's max-len padding) or all-reduced over a buffer of them all in prefill
-        gather = dispatch == "local" and p.dp > 1
-        padded = gather and ctx.workload.decode
-        scatter = (dispatch == "all_to_all" or padded) and p.tp > 1
-        if scatter:  # each rank routes (or gathers) 1/tp of its attention group's tokens
+        if dispatch == "local" and p.dp > 1:
+            return self._through_gathered_moe(a, residual)
+        scatter = dispatch == "all_to_all" and p.tp > 1
+        if scatter:  # DP attention with attention-TP: each rank routes 1/tp of the tokens
             a = OPS.reduce_scatter(a, p.tp, "attn_tp")
             residual = residual[: a.shape[0]]
-        elif p.tp > 1 and not gather:
+        elif p.tp > 1:
             a = OPS.all_reduce(a, p.tp, "attn_tp")
         if fused:
             h = a
         else:
             h, residual = self.post_attention_layernorm(a, residual)
-        if padded:
-            h = OPS.all_gather(h, p.num_devices, "moe")
-        elif gather:
-            h = OPS.all_reduce(h.new_empty(h.shape[0] * p.dp, *h.shape[1:]), p.num_devices, "moe")
         m = self.mlp(h)
-        if padded:
-            m = OPS.reduce_scatter(m, p.num_devices, "moe")
-        elif gather:
-            m = OPS.index(OPS.all_reduce(m, p.num_devices, "moe"), residual.shape[0])
         if scatter:
             m = OPS.all_gather(m, p.tp, "attn_tp")
             residual = m.new_empty(m.shape)
-        elif p.tp > 1 and dispatch != "all_to_all" and not gather:
+        elif p.tp > 1 and dispatch != "all_to_all":
             m = OPS.all_reduce(m, p.tp, "attn_tp")
+        return m, residual
+
+    def _through_gathered_moe(self, a: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """DP attention before an MoE without an all-to-all, as sglang's communicator runs it: every
+        DP rank's tokens are gathered over all ranks and the MoE's output returned. In decode (max-len
+        padding) a reduce-scatter over attention TP and an all-gather over all ranks, mirrored on the
+        way back; in prefill (sum-len) an all-reduce over a buffer of every rank's tokens, each way.
+        At attention TP 1 each rank normalizes its own tokens first; above it the residual joins
+        the gathered partial sums, and every rank's tokens are normalized after the gather."""
+        p, decode, tokens = self.ctx.parallel, self.ctx.workload.decode, a.shape[0]
+
+        def gather(x: torch.Tensor) -> torch.Tensor:
+            if decode:
+                return OPS.all_gather(OPS.reduce_scatter(x, p.tp, "attn_tp") if p.tp > 1 else x, p.num_devices, "moe")
+            return OPS.all_reduce(x.new_empty(tokens * p.dp, *x.shape[1:]), p.num_devices, "moe")
+
+        if p.tp == 1:
+            h, residual = self.post_attention_layernorm(a, residual)
+            h = gather(h)
+        else:
+            gathered = gather(OPS.add(a, residual))
+            residual = OPS.index(gathered, tokens)  # this rank's rows of the sum (dp_scatter)
+            h = self.post_attention_layernorm(gathered)
+        m = self.mlp(h)
+        if decode:
+            m = OPS.reduce_scatter(m, p.num_devices, "moe")
+            if p.tp > 1:
+                m = OPS.all_gather(m, p.tp, "attn_tp")
+        else:
+            m = OPS.index(OPS.all_reduce(m, p.num_devices, "moe"), tokens)
         return m, residual
 
 

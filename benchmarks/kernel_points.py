@@ -14,7 +14,10 @@ same cost model `simulate` uses, against a timing published in a pull request:
   'vLLM' column; shapes M x E x K x N x top-k with K the hidden size and N the expert's
   intermediate size; group size taken as 128), priced analytically: the H20 has no tables. The
   four with 16 or more rows an expert set the H20's Marlin MoE compute share (in-sample); the
-  other nine are out of sample.
+  other nine are out of sample;
+- the same analytic Marlin MoE against sglang's measured Marlin MoE tables on H100 and H200 at
+  1-2,048 tokens (every shape and MoE TP at EP 1), below the >= 4,096 tokens its compute share
+  was fitted at.
 
 Nothing here feeds the simulator. Run: .venv/bin/python benchmarks/kernel_points.py
 """
@@ -35,6 +38,7 @@ from infercast.trace import OpRecord, TensorSpec
 
 DEVICES = {d.name: d for d in BUILTIN_DEVICES}
 DECODE = Phase(graph=True, decode=True, scale_up_domain=8)
+PREFILL = Phase(graph=False, decode=False, scale_up_domain=8)
 BF16 = torch.bfloat16
 GROUP = 128
 
@@ -95,6 +99,33 @@ def rows() -> list[tuple[str, str, str, float, float, str]]:
     return out
 
 
+TABLE_TOKENS = (1, 16, 128, 512, 1024, 2048)
+"""Token counts at which the analytic Marlin MoE is checked against the tables: below the
+>= 4,096 tokens its compute share was fitted at (benchmarks/derive_device_constants.py)."""
+
+
+def marlin_moe_against_tables() -> dict[tuple[str, int], list[float]]:
+    """Relative error of the analytic Marlin MoE (``--cost-model analytic``) against sglang's
+    measured Marlin MoE tables on H100 and H200, every shape and MoE TP at EP 1, by (device,
+    tokens); each MoE TP slice is priced as one rank's experts at that width."""
+    from infercast.kernels import aiconfigurator as aic
+
+    errors: dict[tuple[str, int], list[float]] = {}
+    for device in ("H100", "H200"):
+        system = DEVICES[device].kernel_tables
+        table = aic.load("moe", system, "sglang", aic.default_version(system, "sglang"))
+        model = CostModel(DEVICES[device], "sglang", measured=False)
+        for key in table.keys():
+            dtype, kernel, distribution, top_k, experts, hidden, inter, moe_tp = key
+            if (dtype, kernel, distribution) != ("w4a16", "marlin", "balanced"):
+                continue
+            for (ep, tokens), us in table.grid(key).points():
+                if ep == 1 and tokens in TABLE_TOKENS:
+                    priced = model.price(int4_moe(tokens, experts, hidden, inter // moe_tp, top_k), PREFILL)
+                    errors.setdefault((device, tokens), []).append(priced.seconds * 1e6 / us - 1)
+    return errors
+
+
 def main() -> int:
     console = Console(width=160)
     table = Table(title="infercast vs published kernel timings (no measured table covers these kernels)")
@@ -108,6 +139,14 @@ def main() -> int:
     console.print(table)
     for source, values in errors.items():
         console.print(f"{source}: median |error| {statistics.median(values):.1%} over {len(values)} kernels")
+    checks = Table(title="analytic Marlin MoE vs sglang's measured tables, EP 1, every shape and MoE TP "
+                         "(out of sample: the compute share was fitted at >= 4,096 tokens)")
+    for column in ("device", "tokens", "points", "median error", "median |error|", "range"):
+        checks.add_column(column)
+    for (device, tokens), values in sorted(marlin_moe_against_tables().items()):
+        checks.add_row(device, str(tokens), str(len(values)), f"{statistics.median(values):+.0%}",
+                       f"{statistics.median(map(abs, values)):.0%}", f"{min(values):+.0%} to {max(values):+.0%}")
+    console.print(checks)
     return 0
 
 

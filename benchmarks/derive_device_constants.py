@@ -32,7 +32,9 @@ MoE's compute share (``grouped_compute``) is the median achieved / bf16 peak of 
 Marlin MoEs at EP 1 and at least 4,096 tokens on H100 and H200, and on the H20 (no
 tables) of the published H20 timings with 16 or more rows an expert
 (``kernel_points.MARLIN_MOE_H20``), each over a curve in the experts' width on a rank fitted to
-the tables (``marlin_moe_compute``).
+the tables (``marlin_moe_compute``); its streaming (``marlin_moe_stream``) is a line through
+each device's Marlin MoE tables at 1-4 tokens, the SMs' limit from the faster per SM and the
+memory's from the smaller share of HBM.
 """
 
 from __future__ import annotations
@@ -114,6 +116,36 @@ def marlin_moe_compute(devices: list) -> tuple[float, float, float, float, list[
     widths = [n for m, e, k, n, top_k, ms in MARLIN_MOE_H20 if m * top_k / e >= 16]
     h20_share = statistics.median(p * (w + half) / w for p, w in zip(published, widths))
     return share, half, error, h20_share, published
+
+
+def marlin_moe_stream(devices: list) -> tuple[float, float, float, dict[str, tuple[float, float, float]]]:
+    """Marlin's fused MoE streaming its weights, from each device's tables at 1-4 tokens (EP 1,
+    MoE TP 1, every shape): a line time = fixed + bytes / rate per device, fitted to relative
+    error over the bytes infercast's fused MoE reads. The devices run the same sm_90 kernel: the
+    fastest per SM is taken to be at the SMs' limit, and the slowest per SM, below it, at the
+    memory's (its share of its HBM peak). Returns (bytes/s per SM, share of HBM, the mean fixed
+    time, and each device's (rate, fixed, median |error|))."""
+    from kernel_points import int4_moe
+
+    fits = {}
+    for device in devices:
+        system = device.kernel_tables
+        moe = aic.load("moe", system, ENGINE, aic.default_version(system, ENGINE))
+        points = []
+        for key in moe.keys():
+            dtype, kernel, distribution, top_k, experts, hidden, inter, moe_tp = key
+            if (dtype, kernel, distribution, moe_tp) != ("w4a16", "marlin", "balanced", 1):
+                continue
+            points += [(cost_of(int4_moe(tokens, experts, hidden, inter, top_k)).bytes, us * 1e-6)
+                       for (ep, tokens), us in moe.grid(key).points() if ep == 1 and tokens <= 4]
+        slope, intercept = fit_relative(points)
+        error = statistics.median(abs((intercept + slope * b) / t - 1) for b, t in points)
+        fits[device.name] = (1 / slope, intercept, error)
+    fastest = max(devices, key=lambda d: fits[d.name][0] / d.sm_count)
+    slowest = min(devices, key=lambda d: fits[d.name][0] / d.sm_count)
+    per_sm = fits[fastest.name][0] / fastest.sm_count
+    share = fits[slowest.name][0] / slowest.hbm_bandwidth_bytes_per_s
+    return per_sm, share, statistics.mean(f[1] for f in fits.values()), fits
 
 
 def attention_fixed(device, system: str, version: str) -> tuple[list[float], list[float]]:
@@ -204,6 +236,10 @@ def main() -> int:
     memory, fixed, errors = marlin_stream(h200)
     print(f"== Marlin W4A16 on sm_90 (H200, TileOPs PR 1874): {memory:.3f} of HBM peak + {fixed * 1e6:.2f} us; "
           f"points within {max(map(abs, errors)):.1%}")
+    per_sm, hbm_share, fixed, fits = marlin_moe_stream([d for d in BUILTIN_DEVICES if d.name in ("H100", "H200")])
+    print(f"== Marlin MoE streaming: min({per_sm / 1e9:.2f} GB/s per SM, {hbm_share:.3f} of HBM peak) + "
+          f"{fixed * 1e6:.1f} us; " + "; ".join(f"{name} {rate / 1e12:.2f} TB/s + {t * 1e6:.1f} us (median error "
+                                               f"{e:.1%})" for name, (rate, t, e) in fits.items()))
     share, half, error, h20_share, h20 = marlin_moe_compute([d for d in BUILTIN_DEVICES if d.name in ("H100", "H200")])
     print(f"== Marlin MoE compute-bound: {share:.3f} x w / (w + {half}) of bf16 peak on H100 and H200 (tables; median "
           f"relative error {error:.1%}); H20 (FlagGems PR 3609) {h20_share:.3f} x w / (w + {half}) from {len(h20)} "

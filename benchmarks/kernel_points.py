@@ -13,8 +13,8 @@ same cost model `simulate` uses, against a timing published in a pull request:
 - vLLM's fused Marlin MoE (W4A16) on an H20, the 96 GB card (flagos-ai/FlagGems PR 3609, the
   'vLLM' column; shapes M x E x K x N x top-k with K the hidden size and N the expert's
   intermediate size; group size taken as 128), priced analytically: the H20 has no tables. The
-  four with 16 or more rows an expert set the H20's Marlin MoE compute share (in-sample); the
-  other nine are out of sample;
+  four with 16 or more rows an expert set the H20's Marlin MoE compute share (in-sample); its
+  streaming comes from the H100 and H200 tables, so for it all thirteen are out of sample;
 - the same analytic Marlin MoE against sglang's measured Marlin MoE tables on H100 and H200 at
   1-2,048 tokens (every shape and MoE TP at EP 1), below the >= 4,096 tokens its compute share
   was fitted at.
@@ -78,7 +78,7 @@ def int4_moe(tokens: int, experts: int, hidden: int, inter: int, top_k: int) -> 
     active = routing.expected_active_experts(experts, top_k, tokens, experts)
     named = dict(x=x, w13=w13, w13_scale=s13, w2=w2, w2_scale=s2, tokens=tokens, top_k=top_k, num_experts=experts,
                  local_experts=experts, routed_rows=float(tokens * top_k), active_experts=float(active),
-                 straggler=1.0, moe_tp=1, dtype="w4a16", distribution="balanced")
+                 straggler=1.0, moe_tp=1, dtype="w4a16", distribution="balanced", dispatch="tp")
     return OpRecord("infercast::fused_moe", tuple(named.values()), (out,), "kernel", 0, named=named)
 
 

@@ -75,22 +75,31 @@ def int4_moe_cost(tokens: int, experts: int = 8, hidden: int = 256, inter: int =
                  w2_scale=TensorSpec((experts, hidden, max(1, inter // 128)), BF, "weight"), tokens=tokens,
                  top_k=top_k, num_experts=experts, local_experts=experts, routed_rows=float(tokens * top_k),
                  active_experts=float(min(experts, tokens * top_k)), straggler=1.0, moe_tp=1, dtype=dtype,
-                 distribution="balanced")
+                 distribution="balanced", dispatch="tp")
     return cost_of(OpRecord("infercast::fused_moe", tuple(named.values()), (x,), "mlp", 0, named=named))
 
 
-def test_a_fused_moe_pays_the_kernel_familys_fixed_time_on_its_two_gemms_only() -> None:
-    """Of a fused MoE's five kernels, the two expert GEMMs pay Marlin's fixed time, the routing,
-    alignment and activation kernels the device's."""
+def test_a_marlin_moe_streams_at_its_sms_or_its_memorys_limit_and_pays_one_fixed_time() -> None:
+    """A fused Marlin MoE with a few rows streams at min(20.79 GB/s per SM, 0.722 of HBM): the
+    SMs bound it on H200 (132 SMs: 2.74 TB/s of 4.8) and on the H20 (78 SMs: 1.62 TB/s of 4.0),
+    the memory on H100 (2.42 of 3.35 TB/s); it pays 21.4 us on top, all its kernels together. A
+    dense Marlin GEMM keeps its own stream, and without the family all five kernels pay the
+    device's fixed time."""
     cost = int4_moe_cost(1)
     assert (cost.kernels, cost.gemm_kernels, cost.grouped) == (5, 2, True)
-    marlin = H200.efficiency.streams["marlin"]
-    roof = max(analytic.compute_seconds(cost, H200, marlin), cost.bytes / (4.8e12 * marlin.memory))
-    fixed = analytic.kernel_time(cost, H200, "marlin").seconds - roof
-    assert fixed == pytest.approx(3 * H200.efficiency.kernel_fixed_s + 2 * marlin.fixed_s)
+    for device, rate in ((H200, 20.79e9 * 132), (H20, 20.79e9 * 78), (H100, 0.722 * 3.35e12)):
+        marlin = device.efficiency.streams["marlin"]
+        assert marlin.grouped_rate(device) == pytest.approx(rate)
+        roof = max(analytic.compute_seconds(cost, device, marlin), cost.bytes / rate)
+        assert analytic.kernel_time(cost, device, "marlin").seconds == pytest.approx(roof + 21.4e-6)
     assert analytic.kernel_time(cost, H200).seconds == pytest.approx(  # no family: five at the device's
         5 * H200.efficiency.kernel_fixed_s + max(analytic.compute_seconds(cost, H200),
                                                  cost.bytes / (4.8e12 * H200.efficiency.memory)))
+    dense = replace(cost, grouped=False)  # the dense kernel's stream: its own share and fixed time
+    marlin = H200.efficiency.streams["marlin"]
+    assert analytic.kernel_time(dense, H200, "marlin").seconds == pytest.approx(
+        3 * H200.efficiency.kernel_fixed_s + 2 * marlin.fixed_s
+        + max(analytic.compute_seconds(dense, H200), cost.bytes / (4.8e12 * marlin.memory)))
 
 
 def test_a_compute_bound_marlin_moe_runs_its_real_rows_at_the_familys_own_share_of_the_peak() -> None:
@@ -106,8 +115,7 @@ def test_a_compute_bound_marlin_moe_runs_its_real_rows_at_the_familys_own_share_
         assert marlin.grouped_share(1024) == pytest.approx(share)
         timed = analytic.kernel_time(big, device, "marlin")
         assert timed.bound == "compute"
-        assert timed.seconds == pytest.approx(flops / (device.peak("bf16") * share) + 3 * device.efficiency.kernel_fixed_s
-                                              + 2 * marlin.fixed_s)
+        assert timed.seconds == pytest.approx(flops / (device.peak("bf16") * share) + marlin.grouped_fixed_s)
     # MoE TP 4 leaves each rank experts 256 wide: a quarter of the work at a smaller share
     marlin = H200.efficiency.streams["marlin"]
     narrow = int4_moe_cost(4096, experts=64, hidden=4096, inter=256, top_k=8)

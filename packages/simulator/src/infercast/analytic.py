@@ -111,12 +111,15 @@ def kernel_time(cost: OpCost, device: DeviceSpec, kernel: str | None = None) -> 
     if stream is not None and cost.kernel_dtype not in stream.dtypes:
         stream = None  # measured for other dtypes: the generic figures
     compute = compute_seconds(cost, device, stream)
-    memory = cost.bytes / (device.hbm_bandwidth_bytes_per_s * (stream.memory if stream else device.efficiency.memory))
+    if stream is not None and cost.grouped and stream.grouped_sm_bytes_per_s:
+        memory, fixed = cost.bytes / stream.grouped_rate(device), stream.grouped_fixed_s
+    else:
+        memory = cost.bytes / (device.hbm_bandwidth_bytes_per_s * (stream.memory if stream else device.efficiency.memory))
+        streamed = min(cost.gemm_kernels, cost.kernels) if stream else 0
+        fixed = device.efficiency.fixed_s(cost.kind) * (cost.kernels - streamed)
+        if stream:
+            fixed += stream.fixed_s * streamed
     roof = max(compute, memory)
-    streamed = min(cost.gemm_kernels, cost.kernels) if stream else 0
-    fixed = device.efficiency.fixed_s(cost.kind) * (cost.kernels - streamed)
-    if stream:
-        fixed += stream.fixed_s * streamed
     bound = "latency" if fixed > roof else ("compute" if compute >= memory else "memory")
     return Timed(roof + fixed, bound)
 

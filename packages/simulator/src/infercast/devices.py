@@ -41,6 +41,18 @@ class KernelStream:
     grouped_half_width: float = 0.0
     """The expert intermediate width on a rank at which that share falls to half: a rank's share
     is ``grouped_compute x w / (w + grouped_half_width)`` for width ``w`` (MoE TP narrows it)."""
+    grouped_sm_bytes_per_s: float | None = None
+    """Bytes per second each SM streams in the family's grouped GEMMs (None: ``memory`` and
+    ``fixed_s`` as for its other GEMMs)."""
+    grouped_memory: float = 1.0
+    """The most of the HBM peak its grouped GEMMs stream at, whatever the SMs could take."""
+    grouped_fixed_s: float = 0.0
+    """Time on top of a grouped operator's stream, all its kernels together."""
+
+    def grouped_rate(self, device: DeviceSpec) -> float:
+        """Bytes per second a grouped operator streams on ``device``: its SMs' limit or its memory's."""
+        memory = self.grouped_memory * device.hbm_bandwidth_bytes_per_s
+        return min(self.grouped_sm_bytes_per_s * device.sm_count, memory) if device.sm_count else memory
 
     def __post_init__(self) -> None:
         for name, value, ok, valid in (
@@ -48,7 +60,11 @@ class KernelStream:
                 ("fixed_s", self.fixed_s, self.fixed_s >= 0, ">= 0"),
                 ("grouped_compute", self.grouped_compute,
                  self.grouped_compute is None or 0 < self.grouped_compute <= 1, "None or in (0, 1]"),
-                ("grouped_half_width", self.grouped_half_width, self.grouped_half_width >= 0, ">= 0")):
+                ("grouped_half_width", self.grouped_half_width, self.grouped_half_width >= 0, ">= 0"),
+                ("grouped_sm_bytes_per_s", self.grouped_sm_bytes_per_s,
+                 self.grouped_sm_bytes_per_s is None or self.grouped_sm_bytes_per_s > 0, "None or > 0"),
+                ("grouped_memory", self.grouped_memory, 0 < self.grouped_memory <= 1, "in (0, 1]"),
+                ("grouped_fixed_s", self.grouped_fixed_s, self.grouped_fixed_s >= 0, ">= 0")):
             if not ok:
                 raise InfercastError(f"KernelStream.{name} is {value!r}; it must be {valid}")
 
@@ -67,12 +83,16 @@ MARLIN_STREAM_SOURCE = (
     "its bytes (inclusionAI/humming PR 2). Taken for every sm_90 device.")
 MARLIN_SM90 = KernelStream(
     memory=0.520, fixed_s=7.67e-6, dtypes=frozenset({"w4a16"}), grouped_compute=0.278, grouped_half_width=123,
+    grouped_sm_bytes_per_s=20.79e9, grouped_memory=0.722, grouped_fixed_s=21.4e-6,
     source=MARLIN_STREAM_SOURCE + " Its fused MoE, once compute-bound, reaches 0.278 x w / (w + 123) of the bf16 "
     "tensor peak for experts w wide on a rank (intermediate size / MoE TP): sglang 0.5.14's Marlin MoE tables on H100 "
     "and H200 (aiconfigurator-core) at EP 1 and 4,096-16,384 tokens, 340 points over MoE TP 1-32, medians 0.075 at "
     "64 wide, 0.18 at 256, 0.26 at 1,024, 0.25-0.28 from 2,048; the median of the points' shares over that curve, and "
     "the half width with the least median relative error (3.2%; benchmarks/derive_device_constants.py). An Ampere "
-    "kernel (mma.sync) on Hopper, whose short K loops over narrow experts do not amortise its pipeline")
+    "kernel (mma.sync) on Hopper, whose short K loops over narrow experts do not amortise its pipeline. The fused MoE "
+    "streams its weights at min(20.79 GB/s per SM, 0.722 of HBM peak) + 21.4 us: lines through the same tables at "
+    "1-4 tokens (EP 1, MoE TP 1) give 2.74 TB/s + 22.0 us on H200 (median error 4.7%) and 2.42 TB/s + 20.7 us on "
+    "H100 (6.6%); both have 132 SMs, so the H200 shows the SMs' limit and the H100, below it, its memory's")
 MARLIN_H20 = replace(
     MARLIN_SM90, grouped_compute=0.360,
     source=MARLIN_STREAM_SOURCE + " On the H20, whose tensor rate is capped, its fused MoE reaches 0.360 x w / (w + "

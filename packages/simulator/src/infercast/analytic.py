@@ -25,7 +25,8 @@ sm_90: :attr:`~infercast.devices.Efficiency.streams`) streams at that figure, an
 kernels pay that figure's fixed time (a fused MoE's other kernels keep the device's); the
 family's fused MoE computes its real rows at the family's own share of the bf16 peak where the
 device has one (Marlin's MoE on sm_90: about a quarter for wide experts, less as MoE TP narrows
-them: an Ampere kernel on Hopper).
+them: an Ampere kernel on Hopper), and streams its weights at the family's own limit, the SMs'
+or the memory's, with one fixed time for the whole operator.
 
 The kernel is ``latency`` bound when its fixed time exceeds the roofline, else ``compute``
 or ``memory`` bound. Collectives: :func:`collective_time`; EP all-to-all:
@@ -106,7 +107,8 @@ def compute_seconds(cost: OpCost, device: DeviceSpec, stream: KernelStream | Non
 def kernel_time(cost: OpCost, device: DeviceSpec, kernel: str | None = None) -> Timed:
     """Roofline plus the per-kernel fixed time (see the module docstring); GEMMs of a kernel
     family the device has its own streaming figure for (``kernel``: ``marlin``) stream at it,
-    and its GEMM kernels pay its fixed time."""
+    and its GEMM kernels pay its fixed time; the family's grouped operator (a fused MoE) streams
+    and pays its fixed time as its ``grouped_*`` figures say."""
     stream = device.efficiency.streams.get(kernel) if kernel else None
     if stream is not None and cost.kernel_dtype not in stream.dtypes:
         stream = None  # measured for other dtypes: the generic figures

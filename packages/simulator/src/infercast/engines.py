@@ -186,15 +186,15 @@ class MoEAllToAll:
     other_vendors: bool = True
     """Whether other vendors' devices run every dtype behind it (else none)."""
 
-    def refusals(self, kernel_dtype: str, dp: int, cuda_arch: int | None) -> list[str]:
-        """Why ``kernel_dtype`` experts do not go through the all-to-all at DP size ``dp`` on a device
-        of compute capability ``cuda_arch`` (None: another vendor's); empty when they do."""
+    def refusals(self, kernel_dtype: str, dp: int, cuda_arch: int | None, device: str = "this device") -> list[str]:
+        """Why ``kernel_dtype`` experts do not go through the all-to-all at DP size ``dp`` on
+        ``device``, of compute capability ``cuda_arch`` (None: another vendor's); empty when they do."""
         reasons = []
         if cuda_arch is None:
             if not self.other_vendors:
-                reasons.append("runs no all-to-all MoE on this device")
+                reasons.append(f"runs no all-to-all MoE on {device}")
         elif self.cuda_dtypes is not None and not self.cuda_dtypes:
-            reasons.append("runs no all-to-all MoE on this device")
+            reasons.append(f"runs no all-to-all MoE on {device}")
         else:
             if self.cuda_dtypes is not None and kernel_dtype not in self.cuda_dtypes:
                 reasons.append(f"has no all-to-all MoE path for {kernel_dtype} experts")

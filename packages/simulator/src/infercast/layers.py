@@ -453,7 +453,7 @@ class SimMoE(SimModule):
         dispatch = ctx.moe_dispatch
         # all-to-all: every rank's tokens reach the expert group; local and TP: each rank has them all
         group_tokens = T * p.ep if dispatch == "all_to_all" else T
-        rows = group_tokens * s.top_k * self.local_experts / slots if p.ep > 1 else T * s.top_k
+        rows = group_tokens * s.top_k * self.local_experts / slots
         imbalance = ctx.expert_imbalance
         active = routing.expected_active_experts(s.num_experts, s.top_k, group_tokens, self.local_experts, imbalance)
         straggler = routing.straggler(imbalance, s.num_experts, s.top_k, p.ep)

@@ -61,8 +61,8 @@ def standard_dispatch_reason(model: CostModel, ctx: SimContext) -> str:
     """Why this expert-parallel deployment runs the engine's standard dispatcher, not an all-to-all."""
     engine = model.engine
     reasons = engine.moe_all_to_all.refusals(ctx.quant.routed_experts.kernel_dtype, ctx.parallel.dp,
-                                             model.device.cuda_arch)
-    return f"{engine.name} " + " and ".join(reasons).replace("this device", model.device.name)
+                                             model.device.cuda_arch, model.device.name)
+    return f"{engine.name} " + " and ".join(reasons)
 
 
 def prefill_graph_blockers(model: CostModel, built: BuiltModel, parallel: Any, *, mode: str = "auto") -> list[str]:

@@ -34,6 +34,7 @@ from rich.table import Table
 from infercast import routing
 from infercast.costmodel import CostModel, Phase
 from infercast.devices import BUILTIN_DEVICES
+from infercast.kernels.grid import Answer
 from infercast.trace import OpRecord, TensorSpec
 
 DEVICES = {d.name: d for d in BUILTIN_DEVICES}
@@ -107,7 +108,9 @@ TABLE_TOKENS = (1, 16, 128, 512, 1024, 2048)
 def marlin_moe_against_tables() -> dict[tuple[str, int], list[float]]:
     """Relative error of the analytic Marlin MoE (``--cost-model analytic``) against sglang's
     measured Marlin MoE tables on H100 and H200, every shape and MoE TP at EP 1, by (device,
-    tokens); each MoE TP slice is priced as one rank's experts at that width."""
+    tokens); each MoE TP slice is priced as one rank's experts at that width. Both sides route
+    tokens at random: the table's answer as the simulator reads it (``random_routing``), since
+    its collector spread the tokens over every expert."""
     from infercast.kernels import aiconfigurator as aic
 
     errors: dict[tuple[str, int], list[float]] = {}
@@ -122,7 +125,8 @@ def marlin_moe_against_tables() -> dict[tuple[str, int], list[float]]:
             for (ep, tokens), us in table.grid(key).points():
                 if ep == 1 and tokens in TABLE_TOKENS:
                     priced = model.price(int4_moe(tokens, experts, hidden, inter // moe_tp, top_k), PREFILL)
-                    errors.setdefault((device, tokens), []).append(priced.seconds * 1e6 / us - 1)
+                    found = aic.random_routing(Answer(us, "measured"), table, key, (ep, tokens), lambda c: 1.0)
+                    errors.setdefault((device, tokens), []).append(priced.seconds * 1e6 / found.value - 1)
     return errors
 
 

@@ -206,7 +206,7 @@ def test_an_int4_moe_no_table_covers_streams_at_marlins_figure_near_the_measured
     for requests in (1, 32):
         analytic, measured = moe("0.5.6.post2", requests), moe(None, requests)
         assert analytic.source == "analytic" and analytic.origin.endswith("; marlin stream")
-        assert measured.source == "measured"
+        assert measured.source == ("measured" if requests == 1 else "interpolated")  # 32 requests: random routing
         assert analytic.total_ms == pytest.approx(measured.total_ms, rel=0.2)
 
 
@@ -224,8 +224,9 @@ def test_an_analytic_marlin_prefill_moe_comes_near_its_table_as_moe_tp_narrows_t
     assert moe("analytic") == pytest.approx(moe("measured"), rel=0.25)
 
 
-def fused_int4_moe(tokens: int, experts: int, hidden: int, inter: int, top_k: int) -> OpRecord:
-    """A fused W4A16 MoE over every expert on one GPU, balanced routing, groups of 128."""
+def fused_int4_moe(tokens: int, experts: int, hidden: int, inter: int, top_k: int, moe_tp: int = 1) -> OpRecord:
+    """A fused W4A16 MoE over every expert on one GPU (``inter``: each expert's width on it, a
+    1/``moe_tp`` slice), balanced routing, groups of 128."""
     from infercast import routing
 
     bf = torch.bfloat16
@@ -236,7 +237,7 @@ def fused_int4_moe(tokens: int, experts: int, hidden: int, inter: int, top_k: in
                  w2_scale=TensorSpec((experts, hidden, inter // 128), bf, "weight"), tokens=tokens, top_k=top_k,
                  num_experts=experts, local_experts=experts, routed_rows=float(tokens * top_k),
                  active_experts=float(routing.expected_active_experts(experts, top_k, tokens, experts)),
-                 straggler=1.0, moe_tp=1, dtype="w4a16", distribution="balanced", dispatch="tp")
+                 straggler=1.0, moe_tp=moe_tp, dtype="w4a16", distribution="balanced", dispatch="tp")
     return OpRecord("infercast::fused_moe", tuple(named.values()), (x,), "mlp", 0, named=named)
 
 
@@ -302,3 +303,59 @@ def test_an_all_reduce_table_without_launch_modes_serves_eager_and_graph_steps()
                                 query_length=2048, quantize_linear_action="FP8", engine="trtllm"))
     rows = [r for r in result.ops if r.name.startswith("all_reduce (layers")]
     assert rows and all(r.source == "measured" and "trtllm" in r.origin for r in rows)
+
+
+def spread_moe_table(experts: int, top_k: int, fixed_us: float, per_expert_us: float) -> KernelTable:
+    """A ``moe`` table shaped as aiconfigurator's collector measures it: T tokens spread over
+    min(E, T x k) experts, each read once, at every token count up to 512."""
+    table = KernelTable("moe")
+    rows = [("w4a16", "marlin", distribution, top_k, experts, 7168, 2048, 1, ep, tokens,
+             fixed_us + per_expert_us * min(experts, tokens * top_k))
+            for distribution in ("balanced", "power_law_1.2") for ep in (1, 8) for tokens in range(1, 513)]
+    table.add_rows(rows, "test")
+    return table
+
+
+@pytest.mark.parametrize("tokens", [2, 16, 35, 48, 64, 200])
+def test_a_table_measured_with_spread_routing_is_read_for_tokens_routed_at_random(tokens) -> None:
+    """The collector's balanced routing touches every expert it can; tokens picking top-k at
+    random touch E(1 - (1 - k/E)^T) of them. A table that pays per touched expert then answers
+    for that many, below and above the E/k = 48 tokens where the collector's spread saturates."""
+    from infercast import routing
+
+    experts, top_k, key = 384, 8, ("w4a16", "marlin", "balanced", 8, 384, 7168, 2048, 1)
+    table = spread_moe_table(experts, top_k, 20.0, 0.8)
+    found = table.query(key, (1, tokens), LINEAR)
+    read = aic.random_routing(found, table, key, (1, tokens), LINEAR)
+    touched = routing.expected_active_experts(experts, top_k, tokens, experts)
+    assert touched < min(experts, tokens * top_k)
+    assert read.value == pytest.approx(20.0 + 0.8 * touched, rel=2e-3)
+    assert read.value < found.value and read.quality == INTERPOLATED
+
+
+def test_spread_routing_is_kept_where_it_matches_or_where_the_tables_rank_share_is_unknown() -> None:
+    """One token touches its top-k experts under any routing; the power-law tables were not
+    spread; under EP the collector's spread gives each rank an uneven share, so those answers
+    stay as measured."""
+    table = spread_moe_table(384, 8, 20.0, 0.8)
+    balanced = ("w4a16", "marlin", "balanced", 8, 384, 7168, 2048, 1)
+    skewed = ("w4a16", "marlin", "power_law_1.2", 8, 384, 7168, 2048, 1)
+    for key, coords in ((balanced, (1, 1)), (skewed, (1, 64)), (balanced, (8, 64))):
+        found = table.query(key, coords, LINEAR)
+        assert aic.random_routing(found, table, key, coords, LINEAR) == found
+
+
+def test_kimis_decode_moe_reads_the_experts_random_routing_touches() -> None:
+    """Kimi-K2.5 on 8 x H200 at 64 decode tokens: sglang's Marlin table stops growing at 48
+    tokens (every one of the 384 experts read); random routing touches 74% of them, and the
+    priced MoE falls by the table's own cost of the experts left out."""
+    model = CostModel(DEVICES["H200"], "sglang")
+    priced = model.price(fused_int4_moe(64, 384, 7168, 2048 // 8, 8, moe_tp=8), DECODE)
+    table = model.tables.table("moe")
+    key = ("w4a16", "marlin", "balanced", 8, 384, 7168, 2048, 8)
+    at = lambda t: table.query(key, (1, t), LINEAR).value  # noqa: E731
+    assert at(64) == pytest.approx(at(48), rel=0.03)  # saturated at E/k tokens
+    same = 48 * (1 - (1 - 8 / 384) ** 64)
+    assert same == pytest.approx(35.5, abs=0.1)
+    assert priced.seconds * 1e6 == pytest.approx(at(64) - at(48) + at(same), rel=1e-6)
+    assert 0.70 < priced.seconds * 1e6 / at(64) < 0.85

@@ -7,9 +7,10 @@ Routing is a distribution over experts, chosen with ``--expert-imbalance``:
   law, the skew aiconfigurator's MoE tables were measured under), capped at 1/top_k because
   a token picks an expert at most once, and placed on EP ranks independently of popularity.
 
-The measured MoE tables carry the distribution themselves; the analytic model uses the
-expected number of distinct experts a batch touches (weights read) and the busiest rank's
-share of the routed rows (the straggler every rank waits for at the next collective).
+The measured MoE tables carry the distribution themselves (their balanced tables read for
+random routing: :func:`infercast.kernels.aiconfigurator.random_routing`); the analytic model
+uses the expected number of distinct experts a batch touches (weights read) and the busiest
+rank's share of the routed rows (the straggler every rank waits for at the next collective).
 """
 
 from __future__ import annotations

@@ -54,7 +54,11 @@ class MeasuredTables:
         return _load(kind, self.system, self.engine.tables, self.version, self.engine.attention_lanes)
 
     def answer(self, query: "Query") -> Answer | None:
-        return self.table(query.kind).query(query.key, query.coords, query.shape)
+        table = self.table(query.kind)
+        found = table.query(query.key, query.coords, query.shape)
+        if found is None or query.kind != "moe":
+            return found
+        return aic.random_routing(found, table, query.key, query.coords, query.shape)
 
     def origin_of(self, query: "Query") -> str:
         return self.table(query.kind).origin(query.key) or f"{self.engine.name} {self.version}"

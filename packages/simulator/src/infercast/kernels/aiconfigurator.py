@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable
 
 from infercast_adapters import InfercastError
 
+from infercast.kernels.grid import INTERPOLATED, Answer, worse
 from infercast.kernels.tables import KernelTable
 
 PACKAGE = "aiconfigurator-core"
@@ -179,6 +180,35 @@ def _wideep_moe(kernel: str) -> Converter:
                     c["moe_tp_size"], c["moe_ep_size"], c["num_tokens"], c["latency"]) if d in DTYPES]
 
     return convert
+
+
+def random_routing(found: Answer, table: KernelTable, key: tuple, coords: tuple, shape: Callable) -> Answer:
+    """A ``moe`` answer for tokens routed at random, from a table measured with the collector's
+    ``balanced`` routing. That routing (``balanced_logits`` in aiconfigurator's collectors) sends
+    token i's j-th pick to expert (i + j x E/k) mod E: T tokens touch min(E, T x k) experts, all
+    of them from T = E/k on, where the table's latency stops growing with the weights it reads
+    (Kimi-K2.5's 384 experts, top-8: flat from 48 tokens). Tokens routed uniformly at random touch
+    E(1 - (1 - k/E)^T) on average (:func:`infercast.routing.expected_active_experts`), fewer.
+    So the latency is the table's at T less what the table pays between the token count that
+    touches as many experts as random routing does and min(T, E/k). At EP > 1 the collector's
+    spread gives each rank a different share of the tokens, and the answer is kept as measured."""
+    from infercast.routing import expected_active_experts
+
+    _, _, distribution, top_k, experts, *_ = key
+    ep, tokens = coords
+    if distribution != "balanced" or ep != 1 or tokens <= 1:
+        return found
+    full = experts / top_k
+    spread = min(tokens, full)
+    same = expected_active_experts(experts, top_k, tokens, experts) / top_k
+    if same >= spread * (1 - 1e-9):
+        return found
+    top = found if tokens <= full else table.query(key, (ep, full), shape)
+    low = table.query(key, (ep, same), shape)
+    if top is None or low is None:
+        return found
+    quality = worse(worse(found.quality, top.quality), worse(low.quality, INTERPOLATED))
+    return Answer(found.value - top.value + low.value, quality)
 
 
 def _custom_all_reduce(c: dict[str, list], opts: dict[str, Any]) -> list[tuple]:

@@ -34,7 +34,7 @@ class Answer:
     """``measured`` (a grid point), ``interpolated`` or ``extrapolated``."""
 
 
-def _worse(a: str, b: str) -> str:
+def worse(a: str, b: str) -> str:
     return a if _RANK[a] >= _RANK[b] else b
 
 
@@ -79,7 +79,7 @@ class Grid:
         hi = self._query(nodes[i], q1, depth + 1, shape)
         w = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
         value = math.exp((1.0 - w) * math.log(lo.value) + w * math.log(hi.value))
-        return Answer(value, _worse(_worse(lo.quality, hi.quality), INTERPOLATED))
+        return Answer(value, worse(worse(lo.quality, hi.quality), INTERPOLATED))
 
 
 class _Node:

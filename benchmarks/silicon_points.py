@@ -21,8 +21,8 @@ vLLM, without attention DP. Left out, with their counts printed:
 - the ``aic-auto-gap-analysis`` rows: no protocol is stated, and some layouts cannot hold the
   model (Qwen3-235B-A22B in FP8, 235 GB, at TP1 on one 141 GB H200);
 - rows whose measured TTFT passed 5 s: the queue grew through the finite run.
-Identical measurements listed under two model names (DeepSeek-V3 and -R1, the same runs) count
-once. Nothing here feeds the simulator. Run: .venv/bin/python benchmarks/silicon_points.py [--rows]
+Identical measurements listed under two model names (DeepSeek-V3 and -R1, the same architecture
+and the same runs) count once, as DeepSeek-R1/V3. Nothing here feeds the simulator. Run: .venv/bin/python benchmarks/silicon_points.py [--rows]
 """
 
 from __future__ import annotations
@@ -41,17 +41,18 @@ from infercast.kernels import aiconfigurator as aic
 from infercast.plan import Layout, Planner, PlanRequest
 from infercast.serving import LengthDist, ServingOptions, simulate_engine
 
-MODELS = {  # the CSV's model -> (infercast model, --quantize-linear-action; None: the checkpoint's own)
-    "meta-llama/Llama-3.1-70B": ("meta-llama/Llama-3.1-70B-Instruct", "FP8"),
-    "meta-llama/Llama-3.1-8B-Instruct": ("meta-llama/Llama-3.1-8B-Instruct", None),
-    "nvidia/Llama-3.1-8B-Instruct-FP8": ("meta-llama/Llama-3.1-8B-Instruct", "FP8"),
-    "Qwen/Qwen3-32B": ("Qwen/Qwen3-32B", None),
-    "Qwen/Qwen3-235B-A22B-FP8": ("Qwen/Qwen3-235B-A22B", "FP8_BLOCK"),
-    "deepseek-ai/DeepSeek-R1": ("deepseek-ai/DeepSeek-R1", None),
-    "deepseek-ai/DeepSeek-V3": ("deepseek-ai/DeepSeek-V3", None),
-    "moonshotai/Kimi-K2.5": ("moonshotai/Kimi-K2.5", None),
+MODELS = {  # (the CSV's model, precision) -> (infercast model, --quantize-linear-action; None: the checkpoint's own)
+    ("meta-llama/Llama-3.1-70B", "fp8"): ("meta-llama/Llama-3.1-70B-Instruct", "FP8"),
+    ("meta-llama/Llama-3.1-8B-Instruct", ""): ("meta-llama/Llama-3.1-8B-Instruct", None),
+    ("nvidia/Llama-3.1-8B-Instruct-FP8", "fp8"): ("meta-llama/Llama-3.1-8B-Instruct", "FP8"),
+    ("Qwen/Qwen3-32B", ""): ("Qwen/Qwen3-32B", None),
+    ("Qwen/Qwen3-235B-A22B-FP8", "fp8"): ("Qwen/Qwen3-235B-A22B", "FP8_BLOCK"),
+    ("deepseek-ai/DeepSeek-R1", "fp8"): ("deepseek-ai/DeepSeek-R1", None),
+    ("deepseek-ai/DeepSeek-V3", "fp8"): ("deepseek-ai/DeepSeek-V3", None),
+    ("moonshotai/Kimi-K2.5", "int4"): ("moonshotai/Kimi-K2.5", None),
 }
-DEVICES = {"h100_sxm": "H100", "h200_sxm": "H200"}
+DEVICES = {"h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200"}
+"""The systems with a built-in device and kernel tables (GB200 and B300 have neither here)."""
 POLICY = {"sglang": "separate", "vllm": "mixed"}
 """Each engine's default: sglang runs prompt steps apart (--enable-mixed-chunk is off by
 default), vLLM's scheduler fills each step's token budget with decodes and prompt chunks."""
@@ -76,7 +77,7 @@ def select(rows: list[dict]) -> tuple[list[dict], collections.Counter]:
     left: collections.Counter = collections.Counter()
     chosen, seen = [], set()
     for r in rows:
-        if not (r["mode"] == "agg" and r["system"] in DEVICES and r["model_path"] in MODELS):
+        if not (r["mode"] == "agg" and r["system"] in DEVICES and r["model_path"] in {m for m, _ in MODELS}):
             continue
         if not inferencex(r):
             left["no stated protocol (aic-auto-gap-analysis)"] += 1
@@ -84,6 +85,9 @@ def select(rows: list[dict]) -> tuple[list[dict], collections.Counter]:
             left["TensorRT-LLM (speculative decoding not recorded)"] += 1
         elif (r["attention_dp_size"] or 1) != 1:
             left["attention DP"] += 1
+        elif (r["model_path"], r["precision"]) not in MODELS:
+            left[f"{r['precision']} weights (NVFP4: not a built-in quantization)" if r["precision"] == "fp4"
+                 else f"{r['precision'] or 'unnamed'} weights, not mapped here"] += 1
         elif r["silicon_ttft_ms"] > SATURATED_MS:
             left[f"TTFT above {SATURATED_MS / 1e3:g} s (queue growing)"] += 1
         else:
@@ -101,7 +105,7 @@ def replay(row: dict, pricers: dict) -> tuple[float, float]:
     """(mean TTFT ms, mean TPOT ms) of the row's benchmark run, simulated."""
     isl, osl, tp, clients = row["isl"], row["osl"], int(row["tp_size"]), int(row["batch_size"])
     ep = int(row["moe_ep_size"] or 1)
-    model, quant = MODELS[row["model_path"]]
+    model, quant = MODELS[(row["model_path"], row["precision"])]
     lengths = LengthDist(tuple((round(isl * a), round(osl * b), 1.0) for a in RANGE for b in RANGE),
                          "uniform in 0.8-1.0 of ISL and OSL")
     batch = max(256, clients)
@@ -133,12 +137,14 @@ def main() -> int:
     detail = Table(title="every run (errors: simulated vs measured)")
     for column in ("setting", "ISL/OSL", "TP", "clients", "TTFT ms", "error", "TPOT ms", "error"):
         detail.add_column(column)
-    for r in sorted(rows, key=lambda r: (r["system"], r["model_path"], r["backend"], r["isl"], r["osl"],
-                                         r["tp_size"], r["batch_size"])):
+    order = list(DEVICES)
+    for r in sorted(rows, key=lambda r: (order.index(r["system"]), r["model_path"], r["backend"], r["backend_version"],
+                                         r["isl"], r["osl"], r["tp_size"], r["batch_size"])):
         ttft, tpot = replay(r, pricers)
         e_ttft = (ttft - r["silicon_ttft_ms"]) / r["silicon_ttft_ms"]
         e_tpot = (tpot - r["silicon_tpot_ms"]) / r["silicon_tpot_ms"]
-        name = (f"{r['model_path'].split('/')[-1]} {r['precision']}, {DEVICES[r['system']]}, "
+        model = "DeepSeek-R1/V3" if r["model_path"].startswith("deepseek-ai/") else r["model_path"].split("/")[-1]
+        name = (f"{model} {r['precision']}, {DEVICES[r['system']]}, "
                 f"{r['backend']} {r['backend_version'] or '(version not given)'}")
         groups[name].append((e_ttft, e_tpot))
         detail.add_row(name, f"{r['isl']}/{r['osl']}", str(int(r["tp_size"])), str(int(r["batch_size"])),
@@ -159,6 +165,11 @@ def main() -> int:
     every = [e for errors in groups.values() for e in errors]
     console.print(f"median |error| over {len(every)} runs: TTFT {statistics.median(abs(e) for e, _ in every):.1%}, "
                   f"TPOT {statistics.median(abs(e) for _, e in every):.1%}")
+    for device in DEVICES.values():
+        some = [e for name, errors in groups.items() if f", {device}, " in name for e in errors]
+        if some:
+            console.print(f"  on {device}: {len(some)} runs, TTFT {statistics.median(abs(e) for e, _ in some):.1%}, "
+                          f"TPOT {statistics.median(abs(e) for _, e in some):.1%}")
     console.print("left out: " + "; ".join(f"{reason}: {n}" for reason, n in sorted(left.items())))
     return 0
 

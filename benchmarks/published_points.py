@@ -65,7 +65,9 @@ SOURCES = {
              "(zivbeker42/llm-guesstimator, tested_benchmarks/nim_llama33_70b_v1.8.0_2xH100_fp8TP2.csv)",
     VLLM_CI: "vLLM's nightly performance benchmark (Buildkite vllm/performance-benchmark), latency tests: "
              "benchmark_latency with batch 8, 32 tokens in, 128 out, dummy bf16 weights, 15 timed runs; the H200 "
-             "rows from build 9515, the H100 and A100 rows from runs whose stored copies lack the build number",
+             "rows from build 9515, the H100 and A100 rows from runs whose stored copies lack the build number; "
+             "the pipeline's 2024 test set (Llama-3.1 8B, Llama-3 70B, Mixtral 8x7B, as in vLLM's v0.6.0 "
+             "performance post), so before async scheduling became vLLM's default (0.14.0)",
     COOKBOOK: "sgl-project/sgl-cookbook model pages, 'Speed Benchmark': sglang.bench_serving --dataset-name random "
               "at --max-concurrency 1, 10 prompts with lengths drawn uniformly up to the flag (1K in: 6,101 tokens; "
               "8K in: 41,941; 1K out: 4,210-4,220; 8K out: 44,452): TTFT at the mean prompt, TPOT at the mean "
@@ -191,10 +193,12 @@ def sglang_decode(model: str, device: str, tp: int, batch: int, context: int, ra
 def batch_latency(model: str, device: str, tp: int, batch: int, prompt: int, output: int,
                   quantize: str | None = None) -> Callable[[], float]:
     """benchmark_latency: one prefill of the batch, then ``output - 1`` decode steps, priced at
-    the mean context they see (the prompt plus half the output)."""
+    the mean context they see (the prompt plus half the output). These runs predate vLLM
+    0.14.0, whose scheduler runs one step ahead of the GPU by default (vLLM CI's 2024 test set,
+    PR 23197 of August 2025): every step waits for the host (``overlap_scheduling="off"``)."""
     def run() -> float:
         common = dict(model=model, device=device, num_devices=tp, tp_size=tp, num_queries=batch, engine="vllm",
-                      quantize_linear_action=quantize)
+                      quantize_linear_action=quantize, overlap_scheduling="off")
         prefill = simulate(UserInput(**common, query_length=prompt)).step_latency_ms
         step = simulate(UserInput(**common, decode=True, context_length=prompt + output // 2)).step_latency_ms
         return prefill + (output - 1) * step

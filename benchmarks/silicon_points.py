@@ -9,7 +9,8 @@ InferenceX rows (SemiAnalysis' InferenceMAX measurements, source ``db-dump/...``
 input and output lengths uniform in 0.8-1.0 of the row's ISL and OSL. This script replays
 that: `infercast.serving.simulate_engine(..., clients=N)` over the planner's step costs for
 the row's layout, with the engine's default step policy (sglang runs a prompt step apart from
-the decodes unless launched with --enable-mixed-chunk; vLLM mixes them), and the engine's
+the decodes unless launched with --enable-mixed-chunk; vLLM mixes them) and the scheduler its
+version runs by default (vLLM from 0.14.0 one step ahead of the GPU), and the engine's
 per-request host time added to each TTFT. The mean TTFT therefore includes the first wave of
 N prompts arriving together.
 
@@ -37,6 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from infercast.agg import StepPricer, chunk_of, chunk_shape, rank_policy
+from infercast.engines import engine_named, reaches
 from infercast.kernels import aiconfigurator as aic
 from infercast.plan import Layout, Planner, PlanRequest
 from infercast.serving import LengthDist, ServingOptions, simulate_engine
@@ -101,6 +103,15 @@ def select(rows: list[dict]) -> tuple[list[dict], collections.Counter]:
     return chosen, left
 
 
+def overlap_of(engine: str, version: str) -> str:
+    """Whether the run's engine version scheduled one step ahead of the GPU by default (the
+    newest tables are priced whatever the version; an unnamed version is taken as the newest)."""
+    since = engine_named(engine).overlap_since
+    if not version or since is None:
+        return "auto"
+    return "on" if reaches(version, since) else "off"
+
+
 def replay(row: dict, pricers: dict) -> tuple[float, float]:
     """(mean TTFT ms, mean TPOT ms) of the row's benchmark run, simulated."""
     isl, osl, tp, clients = row["isl"], row["osl"], int(row["tp_size"]), int(row["batch_size"])
@@ -112,8 +123,9 @@ def replay(row: dict, pricers: dict) -> tuple[float, float]:
     request = PlanRequest(model=model, device=DEVICES[row["system"]], num_devices=(tp,), batches=(batch,),
                           speculative=(), quantizations=(quant,), engine=row["backend"],
                           engine_version=None, input_length=isl, output_length=osl,
+                          overlap_scheduling=overlap_of(row["backend"], row["backend_version"]),
                           serving=ServingOptions(concurrency=clients, lengths=lengths))
-    key = (model, row["system"], row["backend"], quant, isl, osl)
+    key = (model, row["system"], row["backend"], request.overlap_scheduling, quant, isl, osl)
     if key not in pricers:
         planner = Planner(request)
         pricers[key] = (planner, StepPricer(planner))

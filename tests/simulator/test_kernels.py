@@ -157,6 +157,39 @@ def test_the_engines_host_time_is_one_row_per_step() -> None:
     assert request[0].total_ms == pytest.approx(engine_named("sglang").request.at(1000) * 1e3)
 
 
+def test_vllm_schedules_ahead_of_the_gpu_from_0_14_and_overlap_scheduling_overrides_the_version() -> None:
+    """vLLM 0.14.0 made async scheduling its default: the step then exposes what sglang's overlap
+    scheduler does (0.31 ms), before it the whole engine loop (0.54 ms + 12.7 us a request).
+    sglang never overlaps a speculative cycle; ``off`` exposes its Python output processing."""
+    from infercast.engines import engine_named
+    from infercast.simulate import UserInput, simulate
+
+    vllm, sglang = engine_named("vllm"), engine_named("sglang")
+    assert vllm.host_step("0.13.0").at(8) == pytest.approx(0.54e-3 + 8 * 12.7e-6)
+    assert vllm.host_step("0.14.0").at(8) == vllm.host_step(None).at(64) == pytest.approx(0.31e-3)
+    assert vllm.host_step("0.13.0", "on").at(8) == pytest.approx(0.31e-3)
+    assert vllm.host_step("0.24.0", "off").at(8) == pytest.approx(0.54e-3 + 8 * 12.7e-6)
+    assert sglang.host_step("0.5.9", speculative=True).at(1) == sglang.host_step("0.5.9", "off").at(1)
+    assert sglang.host_step("0.5.9", "off").at(1) == pytest.approx(0.097e-3 + 0.103e-3)
+    with pytest.raises(InfercastError, match="overlap-scheduling 'maybe'"):
+        vllm.host_step(None, "maybe")
+
+    def host_ms(**fields) -> float:
+        result = simulate(UserInput(model="llama-3.1-8b", device="H100", num_devices=1, decode=True, num_queries=8,
+                                    engine="vllm", **fields))
+        (row,) = [op for op in result.ops if op.source == "engine"]
+        return row.total_ms
+
+    assert host_ms() == pytest.approx(0.31)  # the newest tables' version, 0.24.0
+    assert host_ms(engine_version="0.14.0") == pytest.approx(0.31)
+    assert host_ms(overlap_scheduling="off") == pytest.approx(0.54 + 8 * 0.0127)
+    from infercast.request import FieldError, check
+
+    with pytest.raises(FieldError) as bad:
+        check(UserInput(overlap_scheduling="maybe"))
+    assert "--overlap-scheduling" in bad.value.render(lambda name: "--" + name.replace("_", "-"))
+
+
 def int4_gemm(m: int, n: int, k: int) -> OpRecord:
     """A W4A16 GEMM as infercast traces it: int4 weights packed in int32, bf16 scales per 128 inputs."""
     import torch

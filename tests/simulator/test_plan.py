@@ -33,13 +33,14 @@ SGLANG_SERVER_ARGS = {
     "--speculative-algorithm", "--speculative-draft-model-path", "--speculative-num-steps",
     "--speculative-eagle-topk", "--speculative-num-draft-tokens", "--enable-two-batch-overlap", "--moe-a2a-backend",
     "--ep-num-redundant-experts", "--chunked-prefill-size", "--cuda-graph-max-bs", "--enable-mixed-chunk",
-    "--deepep-mode",
+    "--deepep-mode", "--disable-overlap-schedule",
 }
 # From vLLM's documented `vllm serve` arguments.
 VLLM_SERVE_ARGS = {
     "--tensor-parallel-size", "--data-parallel-size", "--pipeline-parallel-size", "--enable-expert-parallel",
     "--max-num-seqs", "--kv-cache-dtype", "--quantization", "--speculative-config", "--trust-remote-code",
     "--max-model-len", "--gpu-memory-utilization", "--max-num-batched-tokens", "--all2all-backend",
+    "--async-scheduling", "--no-async-scheduling",
 }
 
 SMALL = PlanRequest(model="meta-llama/Llama-3.1-8B-Instruct", device="H100", num_devices=(1, 2),
@@ -199,6 +200,31 @@ def test_trtllm_takes_dp_attention_and_speculation_from_its_options_file() -> No
     # attention TP inside DP groups: TensorRT-LLM's attention DP is one rank per group
     assert any("TensorRT-LLM has no setting for" in n
                for n in launch_notes(SMALL, Config(Layout(16, 8, 2, 16), None, 64, None), expert_dtype="bf16", cuda_arch=90))
+
+
+def test_overlap_scheduling_off_or_on_reaches_every_engines_launch() -> None:
+    """sglang --disable-overlap-schedule; vLLM --no-async-scheduling (from 0.14.0, where it is
+    the default; before, off is the default and has no flag) or --async-scheduling;
+    TensorRT-LLM's disable_overlap_scheduler in its options file. auto adds nothing."""
+    plain = Config(Layout(1, 1, 1, 1), None, 64, None)
+    flags = {"sglang": "--disable-overlap-schedule", "vllm": "-async-scheduling"}
+
+    def commands(**fields):
+        return launch_commands(replace(SMALL, **fields), plain, 8, expert_dtype="bf16", cuda_arch=90)
+
+    auto = commands()
+    assert not any(flag in part for engine, flag in flags.items() for part in auto[engine])
+    assert "--extra_llm_api_options" not in auto["trtllm"]
+    off = commands(overlap_scheduling="off")
+    assert "--disable-overlap-schedule" in off["sglang"] and "--no-async-scheduling" in off["vllm"]
+    assert {p for p in off["sglang"] if p.startswith("--")} <= SGLANG_SERVER_ARGS
+    assert {p for p in off["vllm"] if p.startswith("--")} <= VLLM_SERVE_ARGS
+    (note,) = [n for n in launch_notes(replace(SMALL, overlap_scheduling="off"), plain, expert_dtype="bf16",
+                                       cuda_arch=90) if "extra_llm_api_options" in n]
+    assert json.loads(note.split(" holds ", 1)[1]) == {"disable_overlap_scheduler": True}
+    old = commands(overlap_scheduling="off", engine="vllm", engine_version="0.13.0")
+    assert not any("async-scheduling" in part for part in old["vllm"])
+    assert "--async-scheduling" in commands(overlap_scheduling="on", engine="vllm", engine_version="0.13.0")["vllm"]
 
 
 def test_expert_parallel_launches_through_deepep_as_it_is_priced() -> None:

@@ -172,7 +172,7 @@ SPEC_FIELDS = ("speculative_algorithm", "speculative_draft_model", "speculative_
                "speculative_num_draft_tokens", "accept_length", "acceptance_rates", "acceptance_matrix",
                "acceptance_preset", "accept_length_from")
 COST_FIELDS = ("engine", "engine_version", "calibration", "cost_model", "expert_imbalance", "prefill_cuda_graph",
-               "all_reduce_fusion")
+               "all_reduce_fusion", "overlap_scheduling")
 
 
 def add_request_arguments(p: argparse.ArgumentParser, *, only: Sequence[str] | None = None,

@@ -25,7 +25,7 @@ from infercast_adapters import InfercastError
 from infercast import analytic
 from infercast.cost import COMPUTE_DTYPE, OpCost, cost_of
 from infercast.devices import DeviceSpec
-from infercast.engines import Engine, engine_named
+from infercast.engines import Engine, HostCost, engine_named
 from infercast.kernels.grid import EXTRAPOLATED, INTERPOLATED, Answer
 from infercast.trace import OpRecord
 
@@ -84,9 +84,11 @@ class CostModel:
     calibration file; answers are cached per distinct operator."""
 
     def __init__(self, device: DeviceSpec, engine: str | Engine = "sglang", engine_version: str | None = None,
-                 calibration: Any = None, measured: bool = True) -> None:
+                 calibration: Any = None, measured: bool = True, overlap: str = "auto") -> None:
         self.device = device
         self.engine = engine if isinstance(engine, Engine) else engine_named(engine)
+        self.overlap = overlap
+        """``--overlap-scheduling``: ``auto`` (the engine version's default), ``on`` or ``off``."""
         self.calibration = calibration
         self.notes: list[str] = []
         self.tables = None
@@ -113,6 +115,10 @@ class CostModel:
             if kernel in present:
                 return kernel
         return None if only or not present else min(present)
+
+    def host_step(self, *, speculative: bool = False) -> HostCost:
+        """The engine's host time per step (per speculative cycle) at this version and overlap mode."""
+        return self.engine.host_step(self.engine_version, self.overlap, speculative=speculative)
 
     def measured_at(self, kind: str, key: tuple, axis: int, value: float) -> bool:
         """Whether a source's ``kind`` table has a point for ``key`` whose coordinate ``axis`` is ``value``."""

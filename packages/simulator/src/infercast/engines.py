@@ -14,6 +14,8 @@ from typing import Any, Mapping
 
 from infercast_adapters import InfercastError
 
+from infercast.request import OVERLAP_MODES
+
 
 @dataclass(frozen=True)
 class HostCost:
@@ -251,6 +253,9 @@ class Engine:
     scheduler, detokenizing and streaming the first token."""
     step_without_overlap: HostCost | None = None
     """Host time per step when the engine cannot overlap it with the GPU (default: ``step``)."""
+    overlap_since: str | None = None
+    """The first version that prepares the next step while the GPU runs this one by default, so
+    that only ``step`` is exposed (None: every version modelled); before it, ``step_without_overlap``."""
     spec_overlap: bool = True
     """Whether speculative decoding keeps the overlapped scheduler (else ``step_without_overlap``
     is paid every cycle)."""
@@ -266,9 +271,19 @@ class Engine:
     moe_all_to_all: MoEAllToAll = MoEAllToAll(None, False, "assumed: an all-to-all for every expert dtype and layout")
     """When expert parallelism runs through an all-to-all backend rather than the standard dispatcher."""
 
-    def spec_step(self) -> HostCost:
-        """The host time a speculative cycle waits for."""
-        return self.step if self.spec_overlap else (self.step_without_overlap or self.step)
+    def host_step(self, version: str | None, mode: str = "auto", *, speculative: bool = False) -> HostCost:
+        """The host time a step (a speculative cycle) waits for at engine ``version``:
+        ``step`` when the scheduler runs one step ahead of the GPU, ``step_without_overlap`` when
+        it does not. ``mode``: ``auto`` (the version's default), ``on`` or ``off``
+        (``--overlap-scheduling``); speculative cycles of an engine without ``spec_overlap``
+        never overlap."""
+        if mode not in OVERLAP_MODES:
+            raise InfercastError(f"unknown --overlap-scheduling {mode!r}; valid: {', '.join(OVERLAP_MODES)}")
+        overlapped = mode == "on" or (mode == "auto" and (self.overlap_since is None
+                                                         or reaches(version, self.overlap_since)))
+        if not overlapped or (speculative and not self.spec_overlap):
+            return self.step_without_overlap or self.step
+        return self.step
 
     def describe(self) -> str:
         return self.name
@@ -331,6 +346,14 @@ VLLM_STEP = HostCost(
     "(without --async-scheduling)",
     per_item_s=12.7e-6,
 )
+VLLM_ASYNC_SINCE = "0.14.0"
+"""vLLM schedules one step ahead of the GPU by default from 0.14.0: ``SchedulerConfig.async_scheduling``
+defaults to None there, which ``VllmConfig`` resolves to True for the ``uni`` (TP 1) and ``mp``
+(TP > 1) executors unless pipeline parallelism or a non-EAGLE/MTP draft forbids it (0.13.0:
+``async_scheduling: bool = False``, opt-in with --async-scheduling); EAGLE and MTP keep it (PR 31998)."""
+VLLM_ASYNC_STEP = replace(
+    SGLANG_STEP, source=f"assumed equal to sglang's (vLLM's async scheduling, the default from {VLLM_ASYNC_SINCE}, "
+    "prepares step N+1 while the GPU runs step N, as sglang's overlap scheduler does): " + SGLANG_STEP.source)
 
 TRTLLM_POINTWISE = PointwiseFusions(
     rope_in_cache_write=True, fp8_swiglu=True, fp8_attention_output=True,
@@ -388,7 +411,7 @@ register(Engine(
                                  "design/torch_compile); taken as captured up to the chunk: larger forwards run "
                                  "the compiled pieces without graphs, whose launches (8 us each) their GPU time "
                                  "hides"),
-    eager_launch=TORCH_EAGER, step=VLLM_STEP,
+    eager_launch=TORCH_EAGER, step=VLLM_ASYNC_STEP, step_without_overlap=VLLM_STEP, overlap_since=VLLM_ASYNC_SINCE,
     request=replace(SGLANG_REQUEST, source="assumed equal to sglang's (both serve the OpenAI API from Python): "
                     + SGLANG_REQUEST.source),
     # choose_mp_linear_kernel prefers Machete on sm_90 and Marlin elsewhere; below 32 rows Machete is no
@@ -405,6 +428,9 @@ register(Engine(
     eager_launch=TORCH_EAGER,
     step=replace(SGLANG_STEP, source="assumed equal to sglang's (TensorRT-LLM also overlaps scheduling; its overlap "
                  "scheduler gains 1.03x at batch 1, TensorRT-LLM tech blog 2): " + SGLANG_STEP.source),
+    step_without_overlap=replace(PYTHON_STEP_NO_OVERLAP, source="assumed for TensorRT-LLM with "
+                                 "disable_overlap_scheduler (its PyTorch executor processes outputs in Python): "
+                                 + PYTHON_STEP_NO_OVERLAP.source),
     request=replace(SGLANG_REQUEST, source="assumed equal to sglang's: " + SGLANG_REQUEST.source),
     pointwise=TRTLLM_POINTWISE,
     moe_all_to_all=MoEAllToAll(

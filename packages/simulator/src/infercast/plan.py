@@ -24,7 +24,7 @@ from infercast_adapters.config import load_config
 
 from infercast.build import BuiltModel, build
 from infercast.devices import GIB, DeviceSpec
-from infercast.engines import engine_named, reaches
+from infercast.engines import VLLM_ASYNC_SINCE, engine_named, reaches
 from infercast.layers import KV_DTYPES, SimContext
 from infercast.memory import MEMORY_FRACTION
 from infercast.parallel import Parallel, Workload, validate_layout
@@ -126,6 +126,8 @@ class PlanRequest:
     """Prefill in piecewise CUDA graphs: ``auto``, ``on`` or ``off`` (as ``UserInput``)."""
     all_reduce_fusion: str = "auto"
     """Each layer's all-reduce and the norm after it as one kernel: ``auto``, ``on`` or ``off``."""
+    overlap_scheduling: str = "auto"
+    """The scheduler one step ahead of the GPU: ``auto``, ``on`` or ``off`` (as ``UserInput``)."""
     mode: str = "agg"
     """``agg`` (continuous batching with chunked prefill), ``disagg`` (prefill and decode pools)
     or ``both``; ``static``: one request's prefill alone and the decode step at each batch."""
@@ -194,8 +196,8 @@ class Planner:
 
         check_distribution(request.expert_imbalance)
         self.costs = cost_model_for(UserInput(engine=request.engine, engine_version=request.engine_version,
-                                              calibration=request.calibration, cost_model=request.cost_model),
-                                    self.device)
+                                              calibration=request.calibration, cost_model=request.cost_model,
+                                              overlap_scheduling=request.overlap_scheduling), self.device)
         self.config = load_config(request.model, manager=self.manager, known_models=known_model_refs(self.manager))
         self.manager.patch_config(self.config)
         self.profile = resolve_profile(request.model, self.config, self.manager)
@@ -368,12 +370,12 @@ class Planner:
         requests = math.ceil(batch / layout.dp)
         weights = built.sim.weight_bytes()
         kv_per_token = sum(layer.self_attn.kv_bytes_per_token() for layer in built.sim.layers)
-        engine = self.costs.engine
+        costs = self.costs
         if spec is None:
-            cycle = self.seconds(layout, quant, "target", batch, 1, 1, context=context) + engine.step.at(requests)
+            cycle = self.seconds(layout, quant, "target", batch, 1, 1, context=context) + costs.host_step().at(requests)
             tau = 1.0
         else:
-            cycle = sum(h.seconds for h in spec_host_rows(engine, requests))
+            cycle = sum(h.seconds for h in spec_host_rows(costs, requests))
             for forward in cycle_forwards(spec.num_steps, spec.topk, spec.num_draft_tokens):
                 if forward.count:
                     model = "target" if forward.model == "target" else f"draft:{spec.option}"
@@ -392,7 +394,7 @@ class Planner:
         config.tokens_per_s_per_device = batch * tau / cycle / layout.num_devices
         config.ttft_ms = (self.seconds(layout, quant, "target", 1, r.input_length, 1, decode=False,
                                        speculative=spec is not None)
-                          + engine.step.at(1) + engine.request.at(r.input_length)) * 1e3
+                          + costs.host_step().at(1) + costs.engine.request.at(r.input_length)) * 1e3
         ratios = [v / slo for v, slo in ((config.ttft_ms, r.ttft_slo_ms), (config.tpot_ms, r.tpot_slo_ms)) if slo]
         config.violation = max([0.0] + [x - 1 for x in ratios])
         config.meets_slo = config.violation == 0.0
@@ -518,6 +520,21 @@ def sglang_fusion_flags(mode: str, version: str | None) -> list[str]:
     return []
 
 
+def overlap_flags(engine: str, request: PlanRequest) -> list[str]:
+    """``engine``'s flag for ``--overlap-scheduling on|off`` (none for auto). vLLM before 0.14.0
+    schedules in step with the GPU unless told --async-scheduling, and has no flag to say off;
+    TensorRT-LLM takes it from its options file (:func:`trtllm_options`)."""
+    mode = request.overlap_scheduling
+    version = request.engine_version if request.engine == engine else None
+    if engine == "sglang":
+        return ["--disable-overlap-schedule"] if mode == "off" else []
+    if engine == "vllm":
+        if mode == "on":
+            return ["--async-scheduling"]
+        return ["--no-async-scheduling"] if mode == "off" and reaches(version, VLLM_ASYNC_SINCE) else []
+    return []
+
+
 def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, spec: Any = None,
                    deepep_mode: str = "auto", *, expert_dtype: str, cuda_arch: int | None) -> list[str]:
     """``python -m sglang.launch_server ...`` for ``config`` (first node's command when multi-node).
@@ -545,6 +562,7 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
     cmd += sglang_prefill_graph_flags(request.prefill_cuda_graph,
                                       request.engine_version if request.engine == "sglang" else None)
     cmd += sglang_fusion_flags(request.all_reduce_fusion, request.engine_version if request.engine == "sglang" else None)
+    cmd += overlap_flags("sglang", request)
     if config.serving:  # continuous batching as planned: the chunk budget, decodes mixed into prompt steps
         cmd += ["--chunked-prefill-size", str(config.serving["chunked_prefill_size"])]
         cmd += ["--enable-mixed-chunk"] if config.serving["policy"] == "mixed" else []
@@ -562,15 +580,18 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
 TRTLLM_OPTIONS_FILE = "extra_llm_api_options.yaml"
 
 
-def trtllm_options(config: Config, spec: Any = None) -> dict[str, Any]:
+def trtllm_options(config: Config, spec: Any = None, overlap: str = "auto") -> dict[str, Any]:
     """What ``trtllm-serve`` takes from its ``--extra_llm_api_options`` YAML file rather than
     from flags: DP attention and the speculative setup (keys as in NVIDIA's own example,
     build.nvidia.com/spark/speculative-decoding: ``enable_attention_dp``, ``speculative_config``
     with ``decoding_type: Eagle``, ``max_draft_len`` and ``speculative_model_dir``; DeepSeek's
-    MTP is ``decoding_type: MTP`` with ``num_nextn_predict_layers``)."""
+    MTP is ``decoding_type: MTP`` with ``num_nextn_predict_layers``), and the overlap scheduler
+    turned off (``disable_overlap_scheduler``, LLM API) for ``overlap`` ``off``."""
     options: dict[str, Any] = {}
     if config.layout.dp > 1:
         options["enable_attention_dp"] = True
+    if overlap == "off":
+        options["disable_overlap_scheduler"] = True
     if config.spec is not None:
         if spec is not None and spec.draft_model:
             options["speculative_config"] = {"decoding_type": "Eagle", "max_draft_len": config.spec.num_steps,
@@ -589,7 +610,7 @@ def trtllm_command(request: PlanRequest, config: Config, spec: Any = None) -> li
     if layout.ep > 1:
         cmd += ["--ep_size", str(layout.ep)]
     cmd += ["--max_batch_size", str(config.batch)]
-    if trtllm_options(config, spec):
+    if trtllm_options(config, spec, request.overlap_scheduling):
         cmd += ["--extra_llm_api_options", TRTLLM_OPTIONS_FILE]
     return cmd
 
@@ -613,7 +634,7 @@ def launch_notes(request: PlanRequest, config: Config, spec: Any = None, *, expe
     import json
 
     notes = [quantization_flags(engine, config.quantization)[1] for engine in ("sglang", "vllm", "trtllm")]
-    options = trtllm_options(config, spec)
+    options = trtllm_options(config, spec, request.overlap_scheduling)
     if options:  # JSON is YAML: the file's contents as they are to be written
         notes.append(f"trtllm: {TRTLLM_OPTIONS_FILE} holds {json.dumps(options)}")
     if config.layout.dp > 1 and config.layout.tp > 1:
@@ -675,6 +696,7 @@ def vllm_command(request: PlanRequest, config: Config, spec: Any = None,
         cmd += ["--max-num-batched-tokens", str(max(1, config.serving["chunked_prefill_size"] // layout.dp))]
     if request.prefill_cuda_graph == "off":  # decode keeps its full CUDA graphs, prefill none
         cmd += ["-O.cudagraph_mode=FULL_DECODE_ONLY"]
+    cmd += overlap_flags("vllm", request)
     if config.spec is not None:
         method = "eagle3" if spec.draft_model else "deepseek_mtp"
         body = {"method": method, "num_speculative_tokens": config.spec.num_steps}

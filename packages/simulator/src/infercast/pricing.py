@@ -34,7 +34,8 @@ def cost_model_for(user: UserInput, device: DeviceSpec) -> CostModel:
     if user.cost_model not in ("measured", "analytic"):
         raise InfercastError(f"unknown --cost-model {user.cost_model!r}; valid: measured, analytic")
     calibration = load_calibration(user.calibration, device) if user.calibration else None
-    return CostModel(device, user.engine, user.engine_version, calibration, measured=user.cost_model == "measured")
+    return CostModel(device, user.engine, user.engine_version, calibration, measured=user.cost_model == "measured",
+                     overlap=user.overlap_scheduling)
 
 
 def phase_of(model: CostModel, ctx: SimContext, decode: bool, *, speculative: bool = False,
@@ -132,7 +133,7 @@ def price(user: UserInput, built: BuiltModel, records: list[OpRecord], model: Co
     step = step_time(priced, model, phase, micro=price_records(micro, model, phase) if micro else None,
                      requests=ctx.requests, host_step=not speculative)
     if speculative:
-        step.host += spec_host_rows(model.engine, ctx.requests)
+        step.host += spec_host_rows(model, ctx.requests)
     step_s = step.seconds
     request_s = 0.0 if decode else model.engine.request.at(query_length)
     total_s = step_s + request_s
@@ -192,10 +193,10 @@ def price(user: UserInput, built: BuiltModel, records: list[OpRecord], model: Co
     )
 
 
-def spec_host_rows(engine: Any, requests: int) -> list[HostRow]:
+def spec_host_rows(model: CostModel, requests: int) -> list[HostRow]:
     """The host time a speculative cycle waits for, in place of the decode step's: without
     the overlapped scheduler every cycle pays the engine's whole per-step host work."""
-    cost = engine.spec_step()
+    cost = model.host_step(speculative=True)
     return [HostRow("host: per-cycle scheduling and output processing (speculative)", cost.at(requests), cost.source)]
 
 

@@ -32,6 +32,9 @@ COST_MODELS = ("measured", "analytic")
 IMBALANCE = ("balanced", "power-law-1.01", "power-law-1.2")
 PREFILL_GRAPH_MODES = ("auto", "on", "off")
 ALL_REDUCE_FUSION_MODES = ("auto", "on", "off")
+OVERLAP_MODES = ("auto", "on", "off")
+"""``--overlap-scheduling``: the engine version's default, or the scheduler forced one step
+ahead of the GPU (sglang's overlap scheduler, vLLM's async scheduling) or in step with it."""
 
 
 class FieldError(InfercastError):
@@ -138,6 +141,10 @@ class UserInput:
     all_reduce_fusion: str = opt("auto", "each layer's all-reduce and the RMSNorm after it as one kernel (sglang's "
                                  "FlashInfer fusion): auto (the engine version's rules, default), on, off", COST,
                                  choices=ALL_REDUCE_FUSION_MODES)
+    overlap_scheduling: str = opt("auto", "the scheduler prepares the next step while the GPU runs this one (sglang's "
+                                  "overlap scheduler, vLLM's async scheduling from 0.14.0, TensorRT-LLM's overlap "
+                                  "scheduler): auto (the engine version's default), on, off", COST,
+                                  choices=OVERLAP_MODES)
 
 
 def flag_of(name: str) -> str:

@@ -9,7 +9,8 @@
 - Under piecewise CUDA graphs (prefill in sglang from 0.5.10, vLLM) only attention launches
   eagerly, between replays of the captured pieces, so only those launches count.
 - Every step also waits for the engine's host work between steps (scheduling, sampling),
-  ``engine.step``, and a client-measured TTFT adds the per-request work ``engine.request``.
+  ``engine.step`` (or, where the scheduler does not run ahead of the GPU, its
+  ``step_without_overlap``), and a client-measured TTFT adds the per-request work ``engine.request``.
 """
 
 from __future__ import annotations
@@ -126,7 +127,8 @@ def step_time(priced: Priced_, model: CostModel, phase: Phase, *, micro: Priced_
             name = ("host: attention launches and graph replays not hidden by GPU time (piecewise CUDA graphs)"
                     if phase.piecewise else "host: eager kernel launches not hidden by GPU time")
             host.append(HostRow(name, exposed, engine.eager_launch.source))
-    if host_step and engine.step.at(requests):
-        host.append(HostRow("host: scheduling, input preparation and sampling per step", engine.step.at(requests),
-                            engine.step.source))
+    between = model.host_step()
+    if host_step and between.at(requests):
+        host.append(HostRow("host: scheduling, input preparation and sampling per step", between.at(requests),
+                            between.source))
     return StepTime(priced, compute, comm, gpu, host)

@@ -121,7 +121,9 @@ def marlin_moe_compute(devices: list) -> tuple[float, float, float, float, list[
 def marlin_moe_stream(devices: list) -> tuple[float, float, float, dict[str, tuple[float, float, float]]]:
     """Marlin's fused MoE streaming its weights, from each device's tables at 1-4 tokens (EP 1,
     MoE TP 1, every shape): a line time = fixed + bytes / rate per device, fitted to relative
-    error over the bytes infercast's fused MoE reads. The devices run the same sm_90 kernel: the
+    error over the bytes infercast's fused MoE reads for the experts the tables' runs touched
+    (the collector spreads T tokens over min(E, T x k) experts:
+    :func:`infercast.kernels.aiconfigurator.random_routing`). The devices run the same sm_90 kernel: the
     fastest per SM is taken to be at the SMs' limit, and the slowest per SM, below it, at the
     memory's (its share of its HBM peak). Returns (bytes/s per SM, share of HBM, the mean fixed
     time, and each device's (rate, fixed, median |error|))."""
@@ -136,7 +138,8 @@ def marlin_moe_stream(devices: list) -> tuple[float, float, float, dict[str, tup
             dtype, kernel, distribution, top_k, experts, hidden, inter, moe_tp = key
             if (dtype, kernel, distribution, moe_tp) != ("w4a16", "marlin", "balanced", 1):
                 continue
-            points += [(cost_of(int4_moe(tokens, experts, hidden, inter, top_k)).bytes, us * 1e-6)
+            points += [(cost_of(int4_moe(tokens, experts, hidden, inter, top_k,
+                                         active=min(experts, tokens * top_k))).bytes, us * 1e-6)
                        for (ep, tokens), us in moe.grid(key).points() if ep == 1 and tokens <= 4]
         slope, intercept = fit_relative(points)
         error = statistics.median(abs((intercept + slope * b) / t - 1) for b, t in points)

@@ -69,14 +69,16 @@ def int4_gemm(m: int, n: int, k: int, group: int = GROUP) -> OpRecord:
                     named={"x": x, "weight_packed": w, "scale": scale, "out_features": n, "dtype": "w4a16"})
 
 
-def int4_moe(tokens: int, experts: int, hidden: int, inter: int, top_k: int) -> OpRecord:
-    """A fused W4A16 MoE over every expert on one GPU (no TP, no EP), balanced routing."""
+def int4_moe(tokens: int, experts: int, hidden: int, inter: int, top_k: int, active: float | None = None) -> OpRecord:
+    """A fused W4A16 MoE over every expert on one GPU (no TP, no EP), balanced routing: the
+    experts top-k at random touches, or ``active`` of them."""
     x, out = TensorSpec((tokens, hidden), BF16), TensorSpec((tokens, hidden), BF16)
     w13 = TensorSpec((experts, 2 * inter, hidden // 8), torch.int32, "weight")
     s13 = TensorSpec((experts, 2 * inter, hidden // GROUP), BF16, "weight")
     w2 = TensorSpec((experts, hidden, inter // 8), torch.int32, "weight")
     s2 = TensorSpec((experts, hidden, inter // GROUP), BF16, "weight")
-    active = routing.expected_active_experts(experts, top_k, tokens, experts)
+    if active is None:
+        active = routing.expected_active_experts(experts, top_k, tokens, experts)
     named = dict(x=x, w13=w13, w13_scale=s13, w2=w2, w2_scale=s2, tokens=tokens, top_k=top_k, num_experts=experts,
                  local_experts=experts, routed_rows=float(tokens * top_k), active_experts=float(active),
                  straggler=1.0, moe_tp=1, dtype="w4a16", distribution="balanced", dispatch="tp")

@@ -14,16 +14,18 @@ version runs by default (vLLM from 0.14.0 one step ahead of the GPU), and the en
 per-request host time added to each TTFT. The mean TTFT therefore includes the first wave of
 N prompts arriving together.
 
-Rows used: aggregated runs on H100 and H200 of a model infercast ships, through sglang or
-vLLM, without attention DP. Left out, with their counts printed:
+Rows used: aggregated runs on H100, H200 and B200 of a model infercast ships, in the precision
+it ships, through sglang or vLLM, without attention DP. Every run is priced with the newest
+kernel tables of its engine (the versions named by the groups are the runs', not the tables').
+Left out, with their counts printed:
 - TensorRT-LLM rows: the CSV does not record InferenceX's ``spec_method``, and these recipes
   draft tokens (Llama-3.1-70B FP8 on one H200 decodes 4 clients at 14.6 ms a token, the time
   its 70 GB of weights take to read once at the full 4.8 TB/s);
 - the ``aic-auto-gap-analysis`` rows: no protocol is stated, and some layouts cannot hold the
   model (Qwen3-235B-A22B in FP8, 235 GB, at TP1 on one 141 GB H200);
 - rows whose measured TTFT passed 5 s: the queue grew through the finite run.
-Identical measurements listed under two model names (DeepSeek-V3 and -R1, the same architecture
-and the same runs) count once, as DeepSeek-R1/V3. Nothing here feeds the simulator. Run: .venv/bin/python benchmarks/silicon_points.py [--rows]
+A run listed twice (under DeepSeek-V3 and -R1, the same architecture, or in two source files)
+counts once; DeepSeek-R1 and -V3 are grouped as DeepSeek-R1/V3. Nothing here feeds the simulator. Run: .venv/bin/python benchmarks/silicon_points.py [--rows]
 """
 
 from __future__ import annotations
@@ -94,9 +96,9 @@ def select(rows: list[dict]) -> tuple[list[dict], collections.Counter]:
             left[f"TTFT above {SATURATED_MS / 1e3:g} s (queue growing)"] += 1
         else:
             same = (r["system"], r["backend"], r["backend_version"], r["isl"], r["osl"], r["tp_size"],
-                    r["batch_size"], r["silicon_ttft_ms"], r["silicon_tpot_ms"])
+                    r["batch_size"], round(r["silicon_ttft_ms"], 6), round(r["silicon_tpot_ms"], 6))
             if same in seen:
-                left["the same run under another model name"] += 1
+                left["the same run listed twice (another model name or source file)"] += 1
                 continue
             seen.add(same)
             chosen.append(r)
@@ -182,6 +184,8 @@ def main() -> int:
         if some:
             console.print(f"  on {device}: {len(some)} runs, TTFT {statistics.median(abs(e) for e, _ in some):.1%}, "
                           f"TPOT {statistics.median(abs(e) for _, e in some):.1%}")
+    used = sorted({planner.costs.describe() for planner, _ in pricers.values()})
+    console.print("priced with: " + "; ".join(used))
     console.print("left out: " + "; ".join(f"{reason}: {n}" for reason, n in sorted(left.items())))
     return 0
 

@@ -80,18 +80,18 @@ def int4_moe_cost(tokens: int, experts: int = 8, hidden: int = 256, inter: int =
 
 
 def test_a_marlin_moe_streams_at_its_sms_or_its_memorys_limit_and_pays_one_fixed_time() -> None:
-    """A fused Marlin MoE with a few rows streams at min(20.79 GB/s per SM, 0.722 of HBM): the
-    SMs bound it on H200 (132 SMs: 2.74 TB/s of 4.8) and on the H20 (78 SMs: 1.62 TB/s of 4.0),
-    the memory on H100 (2.42 of 3.35 TB/s); it pays 21.4 us on top, all its kernels together. A
+    """A fused Marlin MoE with a few rows streams at min(22.71 GB/s per SM, 0.789 of HBM): the
+    SMs bound it on H200 (132 SMs: 3.00 TB/s of 4.8) and on the H20 (78 SMs: 1.77 TB/s of 4.0),
+    the memory on H100 (2.64 of 3.35 TB/s); it pays 23.4 us on top, all its kernels together. A
     dense Marlin GEMM keeps its own stream, and without the family all five kernels pay the
     device's fixed time."""
     cost = int4_moe_cost(1)
     assert (cost.kernels, cost.gemm_kernels, cost.grouped) == (5, 2, True)
-    for device, rate in ((H200, 20.79e9 * 132), (H20, 20.79e9 * 78), (H100, 0.722 * 3.35e12)):
+    for device, rate in ((H200, 22.71e9 * 132), (H20, 22.71e9 * 78), (H100, 0.789 * 3.35e12)):
         marlin = device.efficiency.streams["marlin"]
         assert marlin.grouped_rate(device) == pytest.approx(rate)
         roof = max(analytic.compute_seconds(cost, device, marlin), cost.bytes / rate)
-        assert analytic.kernel_time(cost, device, "marlin").seconds == pytest.approx(roof + 21.4e-6)
+        assert analytic.kernel_time(cost, device, "marlin").seconds == pytest.approx(roof + 23.4e-6)
     assert analytic.kernel_time(cost, H200).seconds == pytest.approx(  # no family: five at the device's
         5 * H200.efficiency.kernel_fixed_s + max(analytic.compute_seconds(cost, H200),
                                                  cost.bytes / (4.8e12 * H200.efficiency.memory)))

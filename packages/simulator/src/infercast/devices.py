@@ -83,16 +83,17 @@ MARLIN_STREAM_SOURCE = (
     "its bytes (inclusionAI/humming PR 2). Taken for every sm_90 device.")
 MARLIN_SM90 = KernelStream(
     memory=0.520, fixed_s=7.67e-6, dtypes=frozenset({"w4a16"}), grouped_compute=0.278, grouped_half_width=123,
-    grouped_sm_bytes_per_s=20.79e9, grouped_memory=0.722, grouped_fixed_s=21.4e-6,
+    grouped_sm_bytes_per_s=22.71e9, grouped_memory=0.789, grouped_fixed_s=23.4e-6,
     source=MARLIN_STREAM_SOURCE + " Its fused MoE, once compute-bound, reaches 0.278 x w / (w + 123) of the bf16 "
     "tensor peak for experts w wide on a rank (intermediate size / MoE TP): sglang 0.5.14's Marlin MoE tables on H100 "
     "and H200 (aiconfigurator-core) at EP 1 and 4,096-16,384 tokens, 340 points over MoE TP 1-32, medians 0.075 at "
     "64 wide, 0.18 at 256, 0.26 at 1,024, 0.25-0.28 from 2,048; the median of the points' shares over that curve, and "
     "the half width with the least median relative error (3.2%; benchmarks/derive_device_constants.py). An Ampere "
     "kernel (mma.sync) on Hopper, whose short K loops over narrow experts do not amortise its pipeline. The fused MoE "
-    "streams its weights at min(20.79 GB/s per SM, 0.722 of HBM peak) + 21.4 us: lines through the same tables at "
-    "1-4 tokens (EP 1, MoE TP 1) give 2.74 TB/s + 22.0 us on H200 (median error 4.7%) and 2.42 TB/s + 20.7 us on "
-    "H100 (6.6%); both have 132 SMs, so the H200 shows the SMs' limit and the H100, below it, its memory's")
+    "streams its weights at min(22.71 GB/s per SM, 0.789 of HBM peak) + 23.4 us: lines through the same tables at "
+    "1-4 tokens (EP 1, MoE TP 1; the bytes of the min(E, T x k) experts the collector's spread routing touches) give "
+    "3.00 TB/s + 23.9 us on H200 (median error 3.7%) and 2.64 TB/s + 22.9 us on H100 (6.1%); both have 132 SMs, so "
+    "the H200 shows the SMs' limit and the H100, below it, its memory's")
 MARLIN_H20 = replace(
     MARLIN_SM90, grouped_compute=0.360,
     source=MARLIN_STREAM_SOURCE + " On the H20, whose tensor rate is capped, its fused MoE reaches 0.360 x w / (w + "

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 
 from infercast_adapters import InfercastError
 
-from infercast.kernels.grid import INTERPOLATED, Answer, worse
+from infercast.kernels.grid import EXTRAPOLATED, INTERPOLATED, Answer, worse
 from infercast.kernels.tables import KernelTable
 
 PACKAGE = "aiconfigurator-core"
@@ -185,20 +185,27 @@ def _wideep_moe(kernel: str) -> Converter:
 def random_routing(found: Answer, table: KernelTable, key: tuple, coords: tuple, shape: Callable) -> Answer:
     """A ``moe`` answer for tokens routed at random, from a table measured with the collector's
     ``balanced`` routing. That routing (``balanced_logits`` in aiconfigurator's collectors) sends
-    token i's j-th pick to expert (i + j x E/k) mod E: T tokens touch min(E, T x k) experts, all
-    of them from T = E/k on, where the table's latency stops growing with the weights it reads
-    (Kimi-K2.5's 384 experts, top-8: flat from 48 tokens). Tokens routed uniformly at random touch
-    E(1 - (1 - k/E)^T) on average (:func:`infercast.routing.expected_active_experts`), fewer.
-    So the latency is the table's at T less what the table pays between the token count that
-    touches as many experts as random routing does and min(T, E/k). At EP > 1 the collector's
-    spread gives each rank a different share of the tokens, and the answer is kept as measured."""
+    token i's j-th pick to expert (i + j x ceil(E/k)) mod E: T tokens touch about min(E, T x k)
+    experts, all of them from T = ceil(E/k) on, where the table's latency stops growing with the
+    weights it reads (Kimi-K2.5's 384 experts, top-8: flat from 48 tokens, in sglang's, vLLM's
+    and TensorRT-LLM's tables alike). Tokens routed uniformly at random touch E(1 - (1 - k/E)^T)
+    on average (:func:`infercast.routing.expected_active_experts`), fewer. So the latency is the
+    table's at T less what the table pays between the token count that touches as many experts
+    as random routing does and min(T, ceil(E/k)), with those tokens' rows given back at the
+    rate the table adds rows once every expert is read (its slope from E/k to 2E/k tokens), and
+    never more than the table's own. Kept as measured: EP > 1 (the collector's spread gives each
+    rank a different share of the tokens), slices with no EP-1 point (the answer is
+    extrapolated along EP) and DeepEP's kernels."""
     from infercast.routing import expected_active_experts
 
-    _, _, distribution, top_k, experts, *_ = key
+    _, kernel, distribution, top_k, experts, *_ = key
     ep, tokens = coords
-    if distribution != "balanced" or ep != 1 or tokens <= 1:
+    if distribution != "balanced" or ep != 1 or tokens <= 1 or kernel.startswith("deepep"):
         return found
-    full = experts / top_k
+    grid = table.grid(key)
+    if grid is None or not any(point[0] == 1 for point, _ in grid.points()):
+        return found
+    full = math.ceil(experts / top_k)
     spread = min(tokens, full)
     same = expected_active_experts(experts, top_k, tokens, experts) / top_k
     if same >= spread * (1 - 1e-9):
@@ -207,8 +214,13 @@ def random_routing(found: Answer, table: KernelTable, key: tuple, coords: tuple,
     low = table.query(key, (ep, same), shape)
     if top is None or low is None:
         return found
+    saturated = top if tokens >= full else table.query(key, (ep, full), shape)
+    beyond = table.query(key, (ep, 2 * full), shape)
+    per_token = 0.0
+    if saturated is not None and beyond is not None and beyond.quality != EXTRAPOLATED:
+        per_token = max(0.0, (beyond.value - saturated.value) / full)
     quality = worse(worse(found.quality, top.quality), worse(low.quality, INTERPOLATED))
-    return Answer(found.value - top.value + low.value, quality)
+    return Answer(min(found.value, found.value - top.value + low.value + per_token * (spread - same)), quality)
 
 
 def _custom_all_reduce(c: dict[str, list], opts: dict[str, Any]) -> list[tuple]:

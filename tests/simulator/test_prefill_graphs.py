@@ -150,7 +150,7 @@ def test_sglang_launch_flags_follow_the_mode_and_the_version_default(mode: str, 
 
 
 @pytest.mark.parametrize(("engine", "flag"), [("sglang", "--disable-piecewise-cuda-graph"),
-                                              ("vllm", "-O.cudagraph_mode=FULL_DECODE_ONLY")])
+                                              ("vllm", "-cc.cudagraph_mode=FULL_DECODE_ONLY")])
 def test_plan_launch_commands_carry_prefill_cuda_graph_off(engine: str, flag: str, capsys) -> None:
     import json
 

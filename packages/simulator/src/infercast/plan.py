@@ -695,7 +695,7 @@ def vllm_command(request: PlanRequest, config: Config, spec: Any = None,
     if config.serving:
         cmd += ["--max-num-batched-tokens", str(max(1, config.serving["chunked_prefill_size"] // layout.dp))]
     if request.prefill_cuda_graph == "off":  # decode keeps its full CUDA graphs, prefill none
-        cmd += ["-O.cudagraph_mode=FULL_DECODE_ONLY"]
+        cmd += ["-cc.cudagraph_mode=FULL_DECODE_ONLY"]
     cmd += overlap_flags("vllm", request)
     if config.spec is not None:
         method = "eagle3" if spec.draft_model else "deepseek_mtp"

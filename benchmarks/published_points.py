@@ -127,10 +127,10 @@ def trtllm_prefill(model: str, device: str, tp: int, tokens: int) -> Callable[[]
                      query_length=tokens, quantize_linear_action="FP8", kv_cache_dtype="fp8", engine="trtllm")
 
 
-def fusion_in(version: str, model: str, device: str, tp: int) -> str:
-    """``on`` where sglang ``version`` ran each decoder layer's all-reduce and the RMSNorm after it
-    as one kernel for this model class on ``device`` (TP over ``tp`` GPUs), else ``off``. The
-    points keep the newest tables, whose version would otherwise decide (by 0.5.14's rules)."""
+def fusion_in(version: str, model: str, device: str, tp: int, engine: str = "sglang") -> str:
+    """``on`` where ``engine`` ``version`` ran each decoder layer's all-reduce and the RMSNorm after
+    it as one kernel for this model class on ``device`` (TP over ``tp`` GPUs), else ``off``. The
+    points keep the newest tables, whose version would otherwise decide (by its rules)."""
     from infercast_adapters.config import load_config
 
     from infercast.build import architecture_of
@@ -140,8 +140,8 @@ def fusion_in(version: str, model: str, device: str, tp: int) -> str:
     manager = get_manager()
     config = load_config(model, manager=manager, known_models=known_model_refs(manager))
     spec = get_devices().get(device)
-    refusal = engine_named("sglang").all_reduce_fusion.refusal(
-        version, architecture_of(config), spec, -(-tp // spec.devices_per_node))
+    refusal = engine_named(engine).all_reduce_fusion.refusal(
+        version, architecture_of(config), spec, -(-tp // spec.devices_per_node), tp)
     return "off" if refusal else "on"
 
 
@@ -194,11 +194,12 @@ def batch_latency(model: str, device: str, tp: int, batch: int, prompt: int, out
                   quantize: str | None = None) -> Callable[[], float]:
     """benchmark_latency: one prefill of the batch, then ``output - 1`` decode steps, priced at
     the mean context they see (the prompt plus half the output). These runs predate vLLM
-    0.14.0, whose scheduler runs one step ahead of the GPU by default (vLLM CI's 2024 test set,
-    PR 23197 of August 2025): every step waits for the host (``overlap_scheduling="off"``)."""
+    0.14.0, whose scheduler runs one step ahead of the GPU by default, and 0.17.0, which fuses
+    the all-reduce with the norm after it (vLLM CI's 2024 test set, PR 23197 of August 2025):
+    every step waits for the host and launches its norms (both ``off``)."""
     def run() -> float:
         common = dict(model=model, device=device, num_devices=tp, tp_size=tp, num_queries=batch, engine="vllm",
-                      quantize_linear_action=quantize, overlap_scheduling="off")
+                      quantize_linear_action=quantize, overlap_scheduling="off", all_reduce_fusion="off")
         prefill = simulate(UserInput(**common, query_length=prompt)).step_latency_ms
         step = simulate(UserInput(**common, decode=True, context_length=prompt + output // 2)).step_latency_ms
         return prefill + (output - 1) * step

@@ -10,7 +10,8 @@ input and output lengths uniform in 0.8-1.0 of the row's ISL and OSL. This scrip
 that: `infercast.serving.simulate_engine(..., clients=N)` over the planner's step costs for
 the row's layout, with the engine's default step policy (sglang runs a prompt step apart from
 the decodes unless launched with --enable-mixed-chunk; vLLM mixes them) and the scheduler its
-version runs by default (vLLM from 0.14.0 one step ahead of the GPU), and the engine's
+version runs by default (vLLM from 0.14.0 one step ahead of the GPU; the all-reduce fused with
+the norm after it by sglang's rules for the version, by vLLM's from 0.17.0), and the engine's
 per-request host time added to each TTFT. The mean TTFT therefore includes the first wave of
 N prompts arriving together.
 
@@ -44,6 +45,8 @@ from infercast.engines import engine_named, reaches
 from infercast.kernels import aiconfigurator as aic
 from infercast.plan import Layout, Planner, PlanRequest
 from infercast.serving import LengthDist, ServingOptions, simulate_engine
+
+from published_points import fusion_in
 
 MODELS = {  # (the CSV's model, precision) -> (infercast model, --quantize-linear-action; None: the checkpoint's own)
     ("meta-llama/Llama-3.1-70B", "fp8"): ("meta-llama/Llama-3.1-70B-Instruct", "FP8"),
@@ -105,13 +108,17 @@ def select(rows: list[dict]) -> tuple[list[dict], collections.Counter]:
     return chosen, left
 
 
-def overlap_of(engine: str, version: str) -> str:
-    """Whether the run's engine version scheduled one step ahead of the GPU by default (the
-    newest tables are priced whatever the version; an unnamed version is taken as the newest)."""
+def as_run(row: dict, model: str) -> dict:
+    """What the run's engine version did by default where it differs from the newest tables'
+    version, which prices every run: scheduling one step ahead of the GPU, fusing the all-reduce
+    with the norm after it (an unnamed version is taken as the newest: ``auto``)."""
+    engine, version = row["backend"], row["backend_version"]
+    if not version:
+        return {}
     since = engine_named(engine).overlap_since
-    if not version or since is None:
-        return "auto"
-    return "on" if reaches(version, since) else "off"
+    overlap = "auto" if since is None else "on" if reaches(version, since) else "off"
+    return {"overlap_scheduling": overlap,
+            "all_reduce_fusion": fusion_in(version, model, DEVICES[row["system"]], int(row["tp_size"]), engine)}
 
 
 def replay(row: dict, pricers: dict) -> tuple[float, float]:
@@ -125,9 +132,9 @@ def replay(row: dict, pricers: dict) -> tuple[float, float]:
     request = PlanRequest(model=model, device=DEVICES[row["system"]], num_devices=(tp,), batches=(batch,),
                           speculative=(), quantizations=(quant,), engine=row["backend"],
                           engine_version=None, input_length=isl, output_length=osl,
-                          overlap_scheduling=overlap_of(row["backend"], row["backend_version"]),
-                          serving=ServingOptions(concurrency=clients, lengths=lengths))
-    key = (model, row["system"], row["backend"], request.overlap_scheduling, quant, isl, osl)
+                          **as_run(row, model), serving=ServingOptions(concurrency=clients, lengths=lengths))
+    key = (model, row["system"], row["backend"], request.overlap_scheduling, request.all_reduce_fusion, quant, isl,
+           osl)
     if key not in pricers:
         planner = Planner(request)
         pricers[key] = (planner, StepPricer(planner))

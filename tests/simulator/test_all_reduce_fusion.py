@@ -1,5 +1,5 @@
-"""sglang's FlashInfer all-reduce fusion: which versions, models, GPUs and layouts fuse each
-decoder layer's all-reduce with the residual add and RMSNorm after it, and what the step loses."""
+"""sglang's and vLLM's FlashInfer all-reduce fusion: which versions, models, GPUs and layouts fuse
+each decoder layer's all-reduce with the residual add and RMSNorm after it, and what the step loses."""
 
 from __future__ import annotations
 
@@ -68,7 +68,8 @@ def test_a_fused_decode_step_drops_every_norm_an_all_reduce_carries() -> None:
     UserInput(model="deepseek-ai/DeepSeek-V3", device="H200", num_devices=8, dp_size=8, ep_size=8, decode=True),
     UserInput(model="deepseek-ai/DeepSeek-V3", device="H200", num_devices=8, ep_size=8, decode=True),
     UserInput(model="deepseek-ai/DeepSeek-V3", device="H200", num_devices=16, decode=True),
-    UserInput(**KIMI, decode=True, engine="vllm"),
+    UserInput(**KIMI, decode=True, engine="vllm", engine_version="0.14.0"),    # vLLM fuses from 0.17.0
+    UserInput(**KIMI, num_queries=37, decode=True, engine="vllm"),                # 37 x 7,168 x 2 B > 0.5 MiB
 ])
 def test_no_fusion_outside_the_rules(user: UserInput) -> None:
     result = simulate(user)
@@ -110,9 +111,9 @@ def test_the_mtp_layer_keeps_its_input_norm_and_fuses_after_attention() -> None:
 def test_on_for_an_engine_without_it_is_a_flag_error(capsys) -> None:
     from infercast.cli import main
 
-    assert main(["simulate", "moonshotai/Kimi-K2.5", "--engine", "vllm", "--all-reduce-fusion", "on"]) == 2
+    assert main(["simulate", "moonshotai/Kimi-K2.5", "--engine", "trtllm", "--all-reduce-fusion", "on"]) == 2
     err = capsys.readouterr().err
-    assert "--all-reduce-fusion" in err and "vllm" in err and "auto or off" in err
+    assert "--all-reduce-fusion" in err and "trtllm" in err and "auto or off" in err
 
 
 @pytest.mark.parametrize(("mode", "version", "flags", "noted"), [
@@ -129,3 +130,39 @@ def test_plan_launch_commands_carry_the_mode(mode: str, version, flags, noted: b
     config = Config(Layout(8, 8, 1, 1), None, 16, None)
     assert [a for a in sglang_command(request, config, 8, expert_dtype="w4a16", cuda_arch=90) if "allreduce-fusion" in a] == flags
     assert any("all-reduce fusion off" in n for n in launch_notes(request, config, expert_dtype="w4a16", cuda_arch=90)) is noted
+
+
+VLLM = ENGINES["vllm"].all_reduce_fusion
+
+
+@pytest.mark.parametrize(("device", "tp", "tokens"), [
+    ("H200", 8, 32), ("H100", 4, 128), ("H100", 2, 4096), ("B200", 8, 64), ("B200", 4, 2048),
+])
+def test_vllm_fuses_any_model_from_0_17_up_to_its_all_reduce_size_limit(device, tp, tokens) -> None:
+    """vLLM's compiler pass (default from 0.17.0 on sm_90 and sm_100 at TP > 1) fuses while the
+    all-reduce is within FI_ALLREDUCE_FUSION_MAX_SIZE_MB: sm_90 64 / 2 / 0.5 MiB, sm_100 64 / 32 /
+    1 MiB at TP 2 / 4 / 8; Llama-3.1-70B sends 8,192 x 2 bytes a token."""
+    spec = get_devices().get(device)
+    assert VLLM.refusal("0.17.0", "LlamaForCausalLM", spec, 1, tp) is None
+    assert VLLM.refusal("0.16.0", "LlamaForCausalLM", spec, 1, tp) == "0.16.0 has no all-reduce fusion"
+    assert VLLM.token_limit("0.19.0", spec, tp, 8192 * 2) == tokens
+    result = simulate(UserInput(model="meta-llama/Llama-3.1-70B-Instruct", device=device, num_devices=tp,
+                                decode=True, num_queries=tokens, engine="vllm"))
+    over = simulate(UserInput(model="meta-llama/Llama-3.1-70B-Instruct", device=device, num_devices=tp,
+                              decode=True, num_queries=tokens + 1, engine="vllm"))
+    assert _norms(result)[0] == 2 and _norms(over)[0] == 2 * 80 + 1
+    assert VLLM.refusal("0.19.0", "LlamaForCausalLM", get_devices().get("A100"), 1, tp) is not None
+
+
+def test_vllm_launch_commands_turn_its_pass_on_or_off() -> None:
+    from infercast.plan import Config, Layout, PlanRequest, vllm_command
+
+    config = Config(Layout(8, 8, 1, 1), None, 16, None)
+
+    def flags(mode: str, version: str | None = None) -> list[str]:
+        request = PlanRequest(model="meta-llama/Llama-3.1-70B-Instruct", device="H200", engine="vllm",
+                              all_reduce_fusion=mode, engine_version=version)
+        return [a for a in vllm_command(request, config) if "fuse_allreduce_rms" in a]
+
+    assert flags("auto") == [] and flags("on") == ["-cc.pass_config.fuse_allreduce_rms=true"]
+    assert flags("off") == ["-cc.pass_config.fuse_allreduce_rms=false"] and flags("off", "0.16.0") == []

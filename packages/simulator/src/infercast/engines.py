@@ -88,21 +88,26 @@ class FusionEra:
     """Where one range of engine versions fuses the all-reduce with the norm after it."""
 
     since: str
-    architectures: frozenset[str]
-    """The model classes (``config.architectures[0]``) the engine turns the fusion on for."""
+    architectures: frozenset[str] | None
+    """The model classes (``config.architectures[0]``) the engine turns the fusion on for (None:
+    every one, a compiler pass that finds the all-reduce and the norm in any model)."""
     cuda_archs: frozenset[int]
     """Compute capabilities it runs on (90: Hopper, 100: Blackwell)."""
     excludes_h20: bool = False
     """Whether it leaves H20 out (a FlashInfer bug; sglang matches "H20" but not "H200" in the name)."""
     multi_node_archs: frozenset[int] = frozenset()
     """Compute capabilities on which it also fuses across nodes (else one node only)."""
+    max_bytes: Mapping[int, Mapping[int, float]] | None = None
+    """The largest all-reduce it fuses, in bytes, by compute capability and TP size; a TP size not
+    listed does not fuse (None: up to the fusion's ``max_tokens`` at any TP size)."""
 
 
 @dataclass(frozen=True)
 class AllReduceFusion:
     """The engine folds each decoder layer's tensor-parallel all-reduce into the residual add and
     RMSNorm that follow it (one kernel: FlashInfer's all-reduce fusion), for steps of up to
-    ``max_tokens`` tokens, without DP attention or an MoE all-to-all backend."""
+    ``max_tokens`` tokens (or its era's ``max_bytes``), without DP attention or an MoE
+    all-to-all backend."""
 
     eras: tuple[FusionEra, ...]
     """Oldest first; a version takes the last era it has reached (an unknown version the newest)."""
@@ -113,19 +118,19 @@ class AllReduceFusion:
         reached = [e for e in self.eras if reaches(version, e.since)]
         return reached[-1] if reached else None
 
-    @property
-    def architectures(self) -> frozenset[str]:
-        """Every model class some version fuses for: the ones whose engine code has the fused path."""
-        return frozenset().union(*(e.architectures for e in self.eras))
+    def has_path_for(self, architecture: str) -> bool:
+        """Whether some version fuses for this model class (its engine code has the fused path)."""
+        return any(e.architectures is None or architecture in e.architectures for e in self.eras)
 
-    def refusal(self, version: str | None, architecture: str, device: Any, nodes: int = 1) -> str | None:
+    def refusal(self, version: str | None, architecture: str, device: Any, nodes: int = 1,
+                tp: int | None = None) -> str | None:
         """Why ``version`` does not fuse for this model class on ``device`` (a
-        :class:`~infercast.devices.DeviceSpec`) over ``nodes`` nodes; None when it does."""
+        :class:`~infercast.devices.DeviceSpec`) over ``nodes`` nodes at TP ``tp``; None when it does."""
         named = f"{version or 'the newest version'}"
         era = self.era(version)
         if era is None:
             return f"{named} has no all-reduce fusion"
-        if architecture not in era.architectures:
+        if era.architectures is not None and architecture not in era.architectures:
             return f"{named} does not fuse for {architecture or 'a config without architectures'}"
         if device.cuda_arch not in era.cuda_archs:
             return f"{named} fuses only on sm_{'/sm_'.join(map(str, sorted(era.cuda_archs)))}"
@@ -133,7 +138,20 @@ class AllReduceFusion:
             return f"{named} leaves {device.name} out"
         if nodes > 1 and device.cuda_arch not in era.multi_node_archs:
             return f"{named} fuses within one node"
+        sizes = (era.max_bytes or {}).get(device.cuda_arch)
+        if era.max_bytes is not None and tp is not None and tp not in (sizes or {}):
+            return f"{named} fuses at TP {', '.join(map(str, sorted(sizes or {})))} only"
         return None
+
+    def token_limit(self, version: str | None, device: Any, tp: int, bytes_per_token: float) -> int:
+        """The most tokens per rank whose all-reduce ``version`` fuses (an all-reduce of
+        ``bytes_per_token`` a token): the era's byte limit for the device and TP size, else
+        ``max_tokens``."""
+        era = self.era(version) or self.eras[-1]
+        if era.max_bytes is None:
+            return self.max_tokens
+        limit = era.max_bytes.get(device.cuda_arch, {}).get(tp)
+        return int(limit // bytes_per_token) if limit else 0
 
 
 _SGLANG_056 = frozenset({"DeepseekV3ForCausalLM", "MistralLarge3ForCausalLM", "PixtralForConditionalGeneration",
@@ -167,6 +185,20 @@ SGLANG_ALL_REDUCE_FUSION = AllReduceFusion(
     "never with DP attention or an MoE all-to-all backend, one node only (sm100 also across nodes from 0.5.14), "
     "H20 left out from 0.5.7 to 0.5.12 (flashinfer issue 2204). communicator.py fuses the all-reduce after "
     "attention and after the MLP (not the last layer's) into the next RMSNorm for up to 2,048 tokens",
+)
+
+
+_MIB = 1 << 20
+VLLM_ALL_REDUCE_FUSION = AllReduceFusion(
+    eras=(FusionEra("0.17.0", None, _HOPPER_BLACKWELL, max_bytes={
+        90: {2: 64 * _MIB, 4: 2 * _MIB, 8: 0.5 * _MIB}, 100: {2: 64 * _MIB, 4: 32 * _MIB, 8: 1 * _MIB}}),),
+    max_tokens=0,
+    source="vLLM's default optimization level (-O2) turns fuse_allreduce_rms on from 0.17.0 (config/vllm.py, "
+    "enable_allreduce_rms_fusion: TP > 1, sm_90 or sm_100, FlashInfer installed, which vLLM's CUDA wheels require, "
+    "DP 1 and PP 1; 0.14-0.16 keep it off at every level): a compiler pass fuses each all-reduce with the residual "
+    "add and RMSNorm after it, in any model, while the all-reduce is at most FI_ALLREDUCE_FUSION_MAX_SIZE_MB "
+    "(compilation/passes/fusion/allreduce_rms_fusion.py, 0.17-0.19): sm_90 64 / 2 / 0.5 MiB at TP 2 / 4 / 8, "
+    "sm_100 64 / 32 / 1 MiB",
 )
 
 
@@ -412,6 +444,7 @@ register(Engine(
                                  "the compiled pieces without graphs, whose launches (8 us each) their GPU time "
                                  "hides"),
     eager_launch=TORCH_EAGER, step=VLLM_ASYNC_STEP, step_without_overlap=VLLM_STEP, overlap_since=VLLM_ASYNC_SINCE,
+    all_reduce_fusion=VLLM_ALL_REDUCE_FUSION,
     request=replace(SGLANG_REQUEST, source="assumed equal to sglang's (both serve the OpenAI API from Python): "
                     + SGLANG_REQUEST.source),
     # choose_mp_linear_kernel prefers Machete on sm_90 and Marlin elsewhere; below 32 rows Machete is no

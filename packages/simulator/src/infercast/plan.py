@@ -520,6 +520,17 @@ def sglang_fusion_flags(mode: str, version: str | None) -> list[str]:
     return []
 
 
+def vllm_fusion_flags(mode: str, version: str | None) -> list[str]:
+    """vLLM's pass-config flag for ``--all-reduce-fusion on|off`` (none for auto, and none for
+    off before 0.17.0, where the fusion is off by default)."""
+    first = engine_named("vllm").all_reduce_fusion.eras[0].since
+    if mode == "on":
+        return ["-cc.pass_config.fuse_allreduce_rms=true"]
+    if mode == "off" and reaches(version, first):
+        return ["-cc.pass_config.fuse_allreduce_rms=false"]
+    return []
+
+
 def overlap_flags(engine: str, request: PlanRequest) -> list[str]:
     """``engine``'s flag for ``--overlap-scheduling on|off`` (none for auto). vLLM before 0.14.0
     schedules in step with the GPU unless told --async-scheduling, and has no flag to say off;
@@ -696,6 +707,7 @@ def vllm_command(request: PlanRequest, config: Config, spec: Any = None,
         cmd += ["--max-num-batched-tokens", str(max(1, config.serving["chunked_prefill_size"] // layout.dp))]
     if request.prefill_cuda_graph == "off":  # decode keeps its full CUDA graphs, prefill none
         cmd += ["-cc.cudagraph_mode=FULL_DECODE_ONLY"]
+    cmd += vllm_fusion_flags(request.all_reduce_fusion, request.engine_version if request.engine == "vllm" else None)
     cmd += overlap_flags("vllm", request)
     if config.spec is not None:
         method = "eagle3" if spec.draft_model else "deepseek_mtp"

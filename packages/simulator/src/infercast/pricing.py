@@ -109,16 +109,18 @@ def all_reduce_fusion(model: CostModel, built: BuiltModel, parallel: Any, *, mod
                                      ("two-batch overlap", parallel.two_batch_overlap)) if hit]
     if blockers:
         return 0, f"{engine.name} fuses no all-reduce with {blockers[0]}"
+    per_token = built.text_config.hidden_size * 2  # the bf16 residual stream each token sends
     if mode == "on":
-        if built.architecture not in fusion.architectures:
+        if not fusion.has_path_for(built.architecture):
             return 0, f"{engine.name} has no fused path for {built.architecture or 'a config without architectures'}"
-        return fusion.max_tokens, "--all-reduce-fusion on"
+        return fusion.token_limit(None, device, parallel.tp, per_token), "--all-reduce-fusion on"
     nodes = -(-parallel.num_devices // device.devices_per_node)
-    refusal = fusion.refusal(model.engine_version, built.architecture, device, nodes)
+    refusal = fusion.refusal(model.engine_version, built.architecture, device, nodes, parallel.tp)
     if refusal:
         return 0, f"{engine.name} {refusal}"
-    return fusion.max_tokens, (f"{engine.name} {model.engine_version or 'the newest version'} fuses for "
-                               f"{built.architecture} on sm_{device.cuda_arch}")
+    tokens = fusion.token_limit(model.engine_version, device, parallel.tp, per_token)
+    return tokens, (f"{engine.name} {model.engine_version or 'the newest version'} fuses for "
+                    f"{built.architecture} on sm_{device.cuda_arch} up to {tokens:,} tokens a rank")
 
 
 def price(user: UserInput, built: BuiltModel, records: list[OpRecord], model: CostModel, ctx: SimContext,

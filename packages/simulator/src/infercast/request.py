@@ -139,7 +139,8 @@ class UserInput:
                                   "and its rules, default), on (also where the version makes it opt-in), off",
                                   COST, choices=PREFILL_GRAPH_MODES)
     all_reduce_fusion: str = opt("auto", "each layer's all-reduce and the RMSNorm after it as one kernel (sglang's "
-                                 "FlashInfer fusion): auto (the engine version's rules, default), on, off", COST,
+                                 "and vLLM's FlashInfer fusion): auto (the engine version's rules, default), on, off",
+                                 COST,
                                  choices=ALL_REDUCE_FUSION_MODES)
     overlap_scheduling: str = opt("auto", "the scheduler prepares the next step while the GPU runs this one (sglang's "
                                   "overlap scheduler, vLLM's async scheduling from 0.14.0, TensorRT-LLM's overlap "
@@ -235,7 +236,7 @@ def check(user: UserInput) -> UserInput:
                          "(sglang and vllm have them); use auto or off")
     if user.all_reduce_fusion == "on" and engine_named(user.engine).all_reduce_fusion is None:
         raise FieldError("all_reduce_fusion", f"on: infercast models no all-reduce fusion for {user.engine} "
-                         "(sglang's); use auto or off")
+                         "(sglang's and vLLM's); use auto or off")
     if user.cost_model == "analytic" and user.engine_version is not None:
         raise FieldError("engine_version", "selects measured kernel tables; it has no effect with {cost_model} "
                          "analytic")

@@ -357,3 +357,26 @@ def test_bad_serving_flags_exit_2_naming_the_flag(capsys, argv, message) -> None
     code = main(["plan", LLAMA, "--device", "H100", "--num-devices", "1", *argv])
     err = " ".join(capsys.readouterr().err.split())
     assert code == 2 and re.search(message, err), err
+
+
+def test_each_engine_takes_its_own_default_prompt_budget_per_step() -> None:
+    """sglang's --chunked-prefill-size grows with GPU memory (16,384 on a B200); vLLM's
+    --max-num-batched-tokens for `vllm serve` is 8,192 from 70 GiB except on A100s, 2,048 there;
+    the planner prices and launches with the engine's own."""
+    from infercast.plan import vllm_command
+    from infercast.plugins import get_devices
+    from infercast.serving import default_chunk
+
+    devices = get_devices()
+    b200, h100, a100 = devices.get("B200"), devices.get("H100"), devices.get("A100")
+    assert default_chunk(b200.memory_bytes, "sglang", b200.name) == 16384
+    assert default_chunk(b200.memory_bytes, "vllm", b200.name) == 8192
+    assert default_chunk(h100.memory_bytes, "vllm", h100.name) == 8192
+    assert default_chunk(a100.memory_bytes, "vllm", a100.name) == 2048 < default_chunk(a100.memory_bytes, "sglang")
+    request = PlanRequest(model="meta-llama/Llama-3.1-8B-Instruct", device="B200", num_devices=(1,), batches=(8,),
+                          speculative=(), engine="vllm", serving=ServingOptions(concurrency=4))
+    plan = Planner(request).run()
+    assert plan.best.serving["chunked_prefill_size"] == 8192
+    command = vllm_command(request, plan.best)
+    assert command[command.index("--max-num-batched-tokens") + 1] == "8192"
+    assert any("(vllm's default for B200)" in note for note in plan.notes)

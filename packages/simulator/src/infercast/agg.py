@@ -72,7 +72,8 @@ def lengths_of(planner: Planner) -> LengthDist:
 
 
 def chunk_of(planner: Planner) -> int:
-    return planner.request.serving.chunked_prefill_size or default_chunk(planner.device.memory_bytes)
+    return planner.request.serving.chunked_prefill_size or default_chunk(
+        planner.device.memory_bytes, planner.request.engine, planner.device.name)
 
 
 class StepPricer:
@@ -290,7 +291,7 @@ def serving_notes(planner: Planner, disagg: Any = None) -> list[str]:
     options = r.serving
     lengths, chunk = lengths_of(planner), chunk_of(planner)
     shape = chunk_shape(lengths, chunk)
-    given = "" if options.chunked_prefill_size else f" (sglang's default for {planner.device.name})"
+    given = "" if options.chunked_prefill_size else f" ({r.engine}'s default for {planner.device.name})"
     if options.request_rate is not None:
         load = f"Poisson arrivals at {options.request_rate:g} requests/s"
     elif options.concurrency is not None:

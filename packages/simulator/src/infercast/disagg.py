@@ -175,13 +175,13 @@ def kv_transfer(planner: Planner, layout: Layout, quant: str | None, prompt_toke
 
 
 def prefill_chunks(planner: Planner, layout: Layout) -> list[int]:
-    """Chunk sizes a prefill instance tries: the one asked, else sglang's default for the
+    """Chunk sizes a prefill instance tries: the one asked, else the engine's default for the
     device and doublings up to twice that default on every DP rank (sglang divides the chunk
     over the DP ranks, which starves DP-attention prefill at the default)."""
     asked = planner.request.serving.chunked_prefill_size
     if asked:
         return [asked]
-    base = default_chunk(planner.device.memory_bytes)
+    base = default_chunk(planner.device.memory_bytes, planner.request.engine, planner.device.name)
     return doublings(base, 2 * base * layout.dp)
 
 

@@ -292,7 +292,8 @@ class Planner:
                              moe_all_to_all=self.costs.engine.moe_all_to_all.runs(
                                  plan.routed_experts.kernel_dtype, layout.dp, self.device.cuda_arch))
             built = build(self.config, self.profile, ctx, self.manager)
-            chunk = self.request.serving.chunked_prefill_size or default_chunk(self.device.memory_bytes)
+            chunk = self.request.serving.chunked_prefill_size or default_chunk(
+                self.device.memory_bytes, self.request.engine, self.device.name)
             ctx.prefill_graph_tokens = prefill_graph_tokens(self.costs, built, parallel, chunk,
                                                             mode=self.request.prefill_cuda_graph)
             ctx.all_reduce_fusion_tokens = all_reduce_fusion(self.costs, built, parallel,

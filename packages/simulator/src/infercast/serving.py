@@ -151,7 +151,7 @@ class ServingOptions:
     lengths: LengthDist | None = None
     """Length histogram; None: the plan's fixed input and output lengths."""
     chunked_prefill_size: int | None = None
-    """Prompt tokens per step, instance-wide; None: sglang's default for the device."""
+    """Prompt tokens per step, instance-wide; None: the engine's default for the device."""
     ttft_percentile: float = 0.9
     prefill_devices: tuple[int, ...] | None = None
     """Device counts of one prefill instance (disaggregated); None: the plan's ``--num-devices``."""
@@ -179,11 +179,16 @@ class ServingOptions:
                                  f"{', '.join(TRANSFER_BACKENDS)}")
 
 
-def default_chunk(memory_bytes: float) -> int:
-    """sglang's default ``--chunked-prefill-size`` by GPU memory (server_args.py,
-    ``_handle_gpu_memory_settings``, from the driver's total in MiB): 2,048 below 35 GiB, 4,096
-    below 60 GiB, 8,192 below 160 GiB (A100, H100, H200, H20), 16,384 above (B200, MI300X)."""
+def default_chunk(memory_bytes: float, engine: str = "sglang", device_name: str = "") -> int:
+    """The engine's default prompt tokens per step on a device with ``memory_bytes``. sglang's
+    ``--chunked-prefill-size`` (server_args.py, ``_handle_gpu_memory_settings``, from the
+    driver's total in MiB): 2,048 below 35 GiB, 4,096 below 60 GiB, 8,192 below 160 GiB (A100,
+    H100, H200, H20), 16,384 above (B200, MI300X). vLLM's ``--max-num-batched-tokens`` for
+    ``vllm serve`` (EngineArgs.get_batch_defaults, 0.12-0.17): 8,192 from 70 GiB except on
+    A100s (PR 17885: more reduced their throughput), else 2,048. TensorRT-LLM taken as sglang's."""
     gib = memory_bytes / 2**30
+    if engine == "vllm":
+        return 8192 if gib >= 70 and "A100" not in device_name.upper() else 2048
     return 2048 if gib < 35 else 4096 if gib < 60 else 8192 if gib < 160 else 16384
 
 

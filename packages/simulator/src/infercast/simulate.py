@@ -90,8 +90,8 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
         raise InfercastError("--two-batch-overlap overlaps one micro-batch's MoE all-to-all with the other's "
                              f"compute, and this deployment has none: {standard_dispatch_reason(model, ctx)}")
     built = build(config, profile, ctx, manager)
-    ctx.prefill_graph_tokens = prefill_graph_tokens(model, built, parallel, default_chunk(device.memory_bytes),
-                                                    mode=user.prefill_cuda_graph)
+    chunk = default_chunk(device.memory_bytes, model.engine.name, device.name)
+    ctx.prefill_graph_tokens = prefill_graph_tokens(model, built, parallel, chunk, mode=user.prefill_cuda_graph)
     ctx.all_reduce_fusion_tokens, fusion_why = all_reduce_fusion(model, built, parallel, mode=user.all_reduce_fusion)
     vision = None
     if user.image_batch_size:

@@ -148,7 +148,7 @@ def test_the_engines_host_time_is_one_row_per_step() -> None:
                                     engine=engine))
         host = [op for op in result.ops if op.source == "engine"]
         assert len(host) == 1 and host[0].count == 1
-        assert host[0].total_ms == pytest.approx(engine_named(engine).step.at(batch) * 1e3)
+        assert host[0].total_ms == pytest.approx(engine_named(engine).host_step(None).at(batch) * 1e3)
         kernels = sum(op.total_ms for op in result.ops if op.source != "engine")
         assert result.step_latency_ms == pytest.approx(kernels + host[0].total_ms)
     prefill = simulate(UserInput(model="llama-3.1-8b", device="H100", num_devices=1, query_length=1000))

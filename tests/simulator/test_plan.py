@@ -222,9 +222,17 @@ def test_overlap_scheduling_off_or_on_reaches_every_engines_launch() -> None:
     (note,) = [n for n in launch_notes(replace(SMALL, overlap_scheduling="off"), plain, expert_dtype="bf16",
                                        cuda_arch=90) if "extra_llm_api_options" in n]
     assert json.loads(note.split(" holds ", 1)[1]) == {"disable_overlap_scheduler": True}
-    old = commands(overlap_scheduling="off", engine="vllm", engine_version="0.13.0")
-    assert not any("async-scheduling" in part for part in old["vllm"])
     assert "--async-scheduling" in commands(overlap_scheduling="on", engine="vllm", engine_version="0.13.0")["vllm"]
+
+
+def test_the_planner_prices_the_overlap_mode_it_launches() -> None:
+    """vLLM's TPOT and TTFT carry its whole engine loop with --overlap-scheduling off (0.54 ms +
+    12.7 us a request) and the overlapped 0.31 ms by default (its newest tables' version)."""
+    request = PlanRequest(model="meta-llama/Llama-3.1-8B-Instruct", device="H100", num_devices=(1,), batches=(16,),
+                          speculative=(), engine="vllm", mode="static")
+    auto, off = (Planner(replace(request, overlap_scheduling=m)).run().configs[0] for m in ("auto", "off"))
+    assert off.tpot_ms - auto.tpot_ms == pytest.approx(0.54 + 16 * 0.0127 - 0.31, rel=1e-6)
+    assert off.ttft_ms - auto.ttft_ms == pytest.approx(0.54 + 0.0127 - 0.31, rel=1e-6)
 
 
 def test_expert_parallel_launches_through_deepep_as_it_is_priced() -> None:

@@ -380,3 +380,8 @@ def test_each_engine_takes_its_own_default_prompt_budget_per_step() -> None:
     command = vllm_command(request, plan.best)
     assert command[command.index("--max-num-batched-tokens") + 1] == "8192"
     assert any("(vllm's default for B200)" in note for note in plan.notes)
+    # each of vLLM's DP ranks is an engine with its own default budget
+    from infercast.agg import chunk_of
+
+    planner = Planner(replace(request, engine="sglang"))
+    assert chunk_of(Planner(request), 4) == 4 * 8192 and chunk_of(planner, 4) == 16384

@@ -71,9 +71,15 @@ def lengths_of(planner: Planner) -> LengthDist:
     return r.serving.lengths or LengthDist.fixed(r.input_length, r.output_length)
 
 
-def chunk_of(planner: Planner) -> int:
-    return planner.request.serving.chunked_prefill_size or default_chunk(
-        planner.device.memory_bytes, planner.request.engine, planner.device.name)
+def chunk_of(planner: Planner, dp: int = 1) -> int:
+    """Prompt tokens one step of the instance takes, its ``dp`` ranks together: the one asked,
+    else the engine's default, which sglang splits over its DP ranks and each of vLLM's DP
+    ranks, an engine of its own, takes whole."""
+    asked = planner.request.serving.chunked_prefill_size
+    if asked:
+        return asked
+    default = default_chunk(planner.device.memory_bytes, planner.request.engine, planner.device.name)
+    return default * dp if planner.request.engine == "vllm" else default
 
 
 class StepPricer:
@@ -248,7 +254,7 @@ def evaluate_agg(planner: Planner, pricer: StepPricer, layout: Layout, quant: st
     decode step), then TTFT, TPOT and throughput per device at the plan's load."""
     r = planner.request
     config = pricer.static(layout, quant, batch, spec)
-    lengths, chunk = lengths_of(planner), chunk_of(planner)
+    lengths, chunk = lengths_of(planner), chunk_of(planner, layout.dp)
     shape = chunk_shape(lengths, max(1, chunk // layout.dp))
     cost = RankView(pricer.grid(layout, quant, batch, spec, shape, chunk), layout.dp)
     policy = "separate" if spec is not None else "mixed"

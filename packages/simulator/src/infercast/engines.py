@@ -197,8 +197,9 @@ VLLM_ALL_REDUCE_FUSION = AllReduceFusion(
     "enable_allreduce_rms_fusion: TP > 1, sm_90 or sm_100, FlashInfer installed, which vLLM's CUDA wheels require, "
     "DP 1 and PP 1; 0.14-0.16 keep it off at every level): a compiler pass fuses each all-reduce with the residual "
     "add and RMSNorm after it, in any model, while the all-reduce is at most FI_ALLREDUCE_FUSION_MAX_SIZE_MB "
-    "(compilation/passes/fusion/allreduce_rms_fusion.py, 0.17-0.19): sm_90 64 / 2 / 0.5 MiB at TP 2 / 4 / 8, "
-    "sm_100 64 / 32 / 1 MiB",
+    "(compilation/passes/fusion/allreduce_rms_fusion.py, 0.17.0-0.19.0; 0.18 adds sm_103): sm_90 64 / 2 / 0.5 MiB "
+    "at TP 2 / 4 / 8, sm_100 64 / 32 / 1 MiB. vLLM's pass also fuses the embedding's all-reduce with the first input "
+    "norm and the last one with the final norm, which are priced apart here (two norms a step)",
 )
 
 
@@ -381,8 +382,9 @@ VLLM_STEP = HostCost(
 VLLM_ASYNC_SINCE = "0.14.0"
 """vLLM schedules one step ahead of the GPU by default from 0.14.0: ``SchedulerConfig.async_scheduling``
 defaults to None there, which ``VllmConfig`` resolves to True for the ``uni`` (TP 1) and ``mp``
-(TP > 1) executors unless pipeline parallelism or a non-EAGLE/MTP draft forbids it (0.13.0:
-``async_scheduling: bool = False``, opt-in with --async-scheduling); EAGLE and MTP keep it (PR 31998)."""
+(TP > 1) executors unless a non-EAGLE/MTP draft forbids it (and, in 0.14.x, pipeline
+parallelism) (0.13.0: ``async_scheduling: bool = False``, opt-in with --async-scheduling);
+EAGLE and MTP keep it (PR 31998)."""
 VLLM_ASYNC_STEP = replace(
     SGLANG_STEP, source=f"assumed equal to sglang's (vLLM's async scheduling, the default from {VLLM_ASYNC_SINCE}, "
     "prepares step N+1 while the GPU runs step N, as sglang's overlap scheduler does): " + SGLANG_STEP.source)

@@ -521,29 +521,27 @@ def sglang_fusion_flags(mode: str, version: str | None) -> list[str]:
     return []
 
 
-def vllm_fusion_flags(mode: str, version: str | None) -> list[str]:
-    """vLLM's pass-config flag for ``--all-reduce-fusion on|off`` (none for auto, and none for
-    off before 0.17.0, where the fusion is off by default)."""
+def vllm_fusion_flags(mode: str, version: str | None, dp: int = 1) -> list[str]:
+    """vLLM's pass-config flag for ``--all-reduce-fusion on|off`` (none for auto, none for off
+    before 0.17.0, where the fusion is off by default, and none for on with DP ranks, where the
+    plan priced no fusion: vLLM's default leaves it off there, vllm-project/vllm issue 34458)."""
     first = engine_named("vllm").all_reduce_fusion.eras[0].since
     if mode == "on":
-        return ["-cc.pass_config.fuse_allreduce_rms=true"]
+        return ["-cc.pass_config.fuse_allreduce_rms=true"] if dp == 1 else []
     if mode == "off" and reaches(version, first):
         return ["-cc.pass_config.fuse_allreduce_rms=false"]
     return []
 
 
 def overlap_flags(engine: str, request: PlanRequest) -> list[str]:
-    """``engine``'s flag for ``--overlap-scheduling on|off`` (none for auto). vLLM before 0.14.0
-    schedules in step with the GPU unless told --async-scheduling, and has no flag to say off;
-    TensorRT-LLM takes it from its options file (:func:`trtllm_options`)."""
+    """``engine``'s flag for ``--overlap-scheduling on|off`` (none for auto): vLLM's
+    --async-scheduling / --no-async-scheduling (a BooleanOptionalAction from 0.12; off is the
+    default before 0.14.0); TensorRT-LLM takes it from its options file (:func:`trtllm_options`)."""
     mode = request.overlap_scheduling
-    version = request.engine_version if request.engine == engine else None
     if engine == "sglang":
         return ["--disable-overlap-schedule"] if mode == "off" else []
     if engine == "vllm":
-        if mode == "on":
-            return ["--async-scheduling"]
-        return ["--no-async-scheduling"] if mode == "off" and reaches(version, VLLM_ASYNC_SINCE) else []
+        return {"on": ["--async-scheduling"], "off": ["--no-async-scheduling"]}.get(mode, [])
     return []
 
 
@@ -708,7 +706,8 @@ def vllm_command(request: PlanRequest, config: Config, spec: Any = None,
         cmd += ["--max-num-batched-tokens", str(max(1, config.serving["chunked_prefill_size"] // layout.dp))]
     if request.prefill_cuda_graph == "off":  # decode keeps its full CUDA graphs, prefill none
         cmd += ["-cc.cudagraph_mode=FULL_DECODE_ONLY"]
-    cmd += vllm_fusion_flags(request.all_reduce_fusion, request.engine_version if request.engine == "vllm" else None)
+    cmd += vllm_fusion_flags(request.all_reduce_fusion, request.engine_version if request.engine == "vllm" else None,
+                             layout.dp)
     cmd += overlap_flags("vllm", request)
     if config.spec is not None:
         method = "eagle3" if spec.draft_model else "deepseek_mtp"

@@ -113,7 +113,10 @@ def all_reduce_fusion(model: CostModel, built: BuiltModel, parallel: Any, *, mod
     if mode == "on":
         if not fusion.has_path_for(built.architecture):
             return 0, f"{engine.name} has no fused path for {built.architecture or 'a config without architectures'}"
-        return fusion.token_limit(None, device, parallel.tp, per_token), "--all-reduce-fusion on"
+        tokens = fusion.token_limit(None, device, parallel.tp, per_token)
+        if tokens == 0:
+            return 0, f"{engine.name} fuses no all-reduce at TP {parallel.tp} on sm_{device.cuda_arch}"
+        return tokens, "--all-reduce-fusion on"
     nodes = -(-parallel.num_devices // device.devices_per_node)
     refusal = fusion.refusal(model.engine_version, built.architecture, device, nodes, parallel.tp)
     if refusal:

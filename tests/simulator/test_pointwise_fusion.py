@@ -1,4 +1,5 @@
-"""Pointwise kernels an engine folds into its neighbours (TensorRT-LLM's PyTorch backend)."""
+"""Pointwise kernels an engine folds into its neighbours (TensorRT-LLM's PyTorch backend, vLLM's
+Inductor-compiled graph)."""
 
 from __future__ import annotations
 
@@ -57,9 +58,11 @@ def test_block_fp8_keeps_its_quantize_kernels_and_bf16_has_none_to_fold() -> Non
     assert bf16["rope_kv_cache_write (layers.*.self_attn)"] == 1
 
 
-def test_only_tensorrt_llm_declares_these_fusions() -> None:
+def test_each_engine_declares_its_fusions_with_their_source() -> None:
     assert ENGINES["trtllm"].pointwise is not None and "invokeQKVPreprocessing" in ENGINES["trtllm"].pointwise.source
-    assert ENGINES["sglang"].pointwise is None and ENGINES["vllm"].pointwise is None
+    assert not ENGINES["trtllm"].pointwise.fp8_norm
+    assert ENGINES["vllm"].pointwise.fp8_norm and "enable_norm_fusion" in ENGINES["vllm"].pointwise.source
+    assert ENGINES["sglang"].pointwise is None  # sglang compiles nothing by default (--enable-torch-compile)
 
 
 @pytest.mark.parametrize("cache, itemsize", [(torch.bfloat16, 2), (torch.float8_e4m3fn, 1)])
@@ -72,3 +75,17 @@ def test_the_fused_kernel_reads_q_k_v_once_and_writes_q_and_the_cache(cache, ite
                       named={"q": q, "k": k, "v": v, "cache_dtype": str(cache)})
     q_bytes, kv_values = 16 * 32 * 128 * 2, 2 * 16 * 8 * 128
     assert cost_of(record).bytes == 2 * q_bytes + kv_values * 2 + kv_values * itemsize
+
+
+def test_vllm_quantizes_in_its_compiled_norms_and_swiglu_but_not_after_attention() -> None:
+    """Inductor fuses the RMSNorm and SiLU-and-mul with the FP8 quantization after them; attention,
+    a custom op between compiled pieces, leaves o_proj its own quantize. A bf16 model has none."""
+    sglang = _rows(simulate(UserInput(**LLAMA8)))
+    vllm = _rows(simulate(UserInput(**LLAMA8, engine="vllm")))
+    for folded in ("self_attn.qkv_proj", "mlp.gate_up_proj", "mlp.down_proj"):
+        assert sglang[f"quantize_activation (layers.*.{folded})"] == 1
+        assert f"quantize_activation (layers.*.{folded})" not in vllm
+    assert vllm["quantize_activation (layers.*.self_attn.o_proj)"] == 1
+    assert vllm["rope (layers.*.self_attn)"] == vllm["kv_cache_write (layers.*.self_attn)"] == 1
+    bf16 = dict(LLAMA8, quantize_linear_action=None)
+    assert _rows(simulate(UserInput(**bf16, engine="vllm"))) == _rows(simulate(UserInput(**bf16)))

@@ -61,6 +61,9 @@ class PointwiseFusions:
     fp8_attention_output: bool
     """With an FP8 KV cache, attention writes ``o_proj``'s FP8 input: no quantize kernel before it."""
     source: str
+    fp8_norm: bool = False
+    """The RMSNorm before attention and before a dense MLP writes ``qkv_proj``'s and
+    ``gate_up_proj``'s FP8 input (FP8 without block scales): no quantize kernel before them."""
 
 
 @dataclass(frozen=True)
@@ -401,6 +404,18 @@ TRTLLM_POINTWISE = PointwiseFusions(
     "is not modelled",
 )
 
+VLLM_POINTWISE = PointwiseFusions(
+    rope_in_cache_write=False, fp8_swiglu=True, fp8_attention_output=False, fp8_norm=True,
+    source="vLLM compiles the model with Inductor, which runs its custom ops as fused Triton kernels: 'By default, "
+    "all custom ops are enabled when running without Inductor and disabled when running with Inductor ... Inductor "
+    "generates (fused) Triton kernels for disabled custom ops' (config/compilation.py, CompilationConfig.custom_ops, "
+    "0.17.0); with rms_norm, silu_and_mul and quant_fp8 left to it, 'Inductor handles fusion' of the RMSNorm and of "
+    "SiLU-and-mul with the FP8 quantization after them (config/vllm.py, enable_norm_fusion, enable_act_fusion), so "
+    "qkv_proj, gate_up_proj and down_proj take FP8 inputs without a kernel of their own. Attention, a custom op "
+    "that splits the compiled graph, keeps its output apart, so o_proj still quantizes; RoPE and the cache write "
+    "stay two kernels. vLLM V1 (0.8 on), whose default compiles",
+)
+
 SGLANG_PIECEWISE = PrefillGraphs(
     since="0.5.10", max_tokens_mla=2048,
     blocked_by={
@@ -446,7 +461,7 @@ register(Engine(
                                  "the compiled pieces without graphs, whose launches (8 us each) their GPU time "
                                  "hides"),
     eager_launch=TORCH_EAGER, step=VLLM_ASYNC_STEP, step_without_overlap=VLLM_STEP, overlap_since=VLLM_ASYNC_SINCE,
-    all_reduce_fusion=VLLM_ALL_REDUCE_FUSION,
+    all_reduce_fusion=VLLM_ALL_REDUCE_FUSION, pointwise=VLLM_POINTWISE,
     request=replace(SGLANG_REQUEST, source="assumed equal to sglang's (both serve the OpenAI API from Python): "
                     + SGLANG_REQUEST.source),
     # choose_mp_linear_kernel prefers Machete on sm_90 and Marlin elsewhere; below 32 rows Machete is no

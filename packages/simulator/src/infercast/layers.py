@@ -260,8 +260,10 @@ class SimMLP(SimModule):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         ctx = self.ctx
-        fused = bool(ctx and ctx.pointwise and ctx.pointwise.fp8_swiglu and self.down_proj.scheme.kernel_dtype == "fp8")
-        return self.down_proj(OPS.silu_and_mul(self.gate_up_proj(x)), quantized_input=fused)
+        fusions = ctx.pointwise if ctx else None
+        fused = bool(fusions and fusions.fp8_swiglu and self.down_proj.scheme.kernel_dtype == "fp8")
+        normed = bool(fusions and fusions.fp8_norm and self.gate_up_proj.scheme.kernel_dtype == "fp8")
+        return self.down_proj(OPS.silu_and_mul(self.gate_up_proj(x, quantized_input=normed)), quantized_input=fused)
 
 
 class SimGQAAttention(SimModule):
@@ -289,7 +291,8 @@ class SimGQAAttention(SimModule):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         ctx, T = self.ctx, x.shape[0]
-        qkv = self.qkv_proj(x)
+        normed = bool(ctx.pointwise and ctx.pointwise.fp8_norm and self.qkv_proj.scheme.kernel_dtype == "fp8")
+        qkv = self.qkv_proj(x, quantized_input=normed)
         q, k, v = qkv.split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], -1)
         q = q.view(T, self.heads, self.head_dim)
         k = k.view(T, self.kv_heads, self.head_dim)

@@ -24,7 +24,7 @@ from infercast_adapters.config import load_config
 
 from infercast.build import BuiltModel, build
 from infercast.devices import GIB, DeviceSpec
-from infercast.engines import VLLM_ASYNC_SINCE, engine_named, reaches
+from infercast.engines import engine_named, reaches
 from infercast.layers import KV_DTYPES, SimContext
 from infercast.memory import MEMORY_FRACTION
 from infercast.parallel import Parallel, Workload, validate_layout

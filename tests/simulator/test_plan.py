@@ -33,7 +33,7 @@ SGLANG_SERVER_ARGS = {
     "--speculative-algorithm", "--speculative-draft-model-path", "--speculative-num-steps",
     "--speculative-eagle-topk", "--speculative-num-draft-tokens", "--enable-two-batch-overlap", "--moe-a2a-backend",
     "--ep-num-redundant-experts", "--chunked-prefill-size", "--cuda-graph-max-bs", "--enable-mixed-chunk",
-    "--deepep-mode", "--disable-overlap-schedule",
+    "--deepep-mode", "--disable-overlap-schedule", "--scheduler-recv-interval",
 }
 # From vLLM's documented `vllm serve` arguments.
 VLLM_SERVE_ARGS = {
@@ -223,6 +223,35 @@ def test_overlap_scheduling_off_or_on_reaches_every_engines_launch() -> None:
                                        cuda_arch=90) if "extra_llm_api_options" in n]
     assert json.loads(note.split(" holds ", 1)[1]) == {"disable_overlap_scheduler": True}
     assert "--async-scheduling" in commands(overlap_scheduling="on", engine="vllm", engine_version="0.13.0")["vllm"]
+
+
+def test_a_receive_interval_is_priced_in_ttft_and_launched_where_sglang_takes_it() -> None:
+    """--scheduler-recv-interval: TTFT under load grows, TPOT does not; the sglang command carries
+    the flag; a DP-attention layout, which sglang refuses it with, is priced and launched without."""
+    from infercast.serving import ServingOptions
+
+    request = PlanRequest(model="meta-llama/Llama-3.1-8B-Instruct", device="H100", num_devices=(1,), batches=(64,),
+                          speculative=(), serving=ServingOptions(concurrency=16))
+    every, tenth = (Planner(replace(request, serving=ServingOptions(concurrency=16, scheduler_recv_interval=r)))
+                    .run().configs[0] for r in (1, 10))
+    assert tenth.tpot_ms == pytest.approx(every.tpot_ms, rel=0.01)  # the closed loop slows a little
+    assert tenth.ttft_ms > every.ttft_ms + 3 * every.tpot_ms  # waits for a poll: up to ten decode steps
+    assert tenth.serving["scheduler_recv_interval"] == 10
+    asked = replace(request, serving=ServingOptions(concurrency=16, scheduler_recv_interval=10))
+    command = sglang_command(asked, tenth, 8, expert_dtype="bf16", cuda_arch=90)
+    assert command[command.index("--scheduler-recv-interval") + 1] == "10"
+    assert {p for p in command if p.startswith("--")} <= SGLANG_SERVER_ARGS
+    assert "--scheduler-recv-interval" not in sglang_command(request, every, 8, expert_dtype="bf16", cuda_arch=90)
+    notes = launch_notes(asked, tenth, expert_dtype="bf16", cuda_arch=90)
+    assert any("no equivalent of sglang's --scheduler-recv-interval 10" in n for n in notes)
+    wide = PlanRequest(model="deepseek-ai/DeepSeek-V3", device="H200", num_devices=(16,), batches=(64,),
+                       speculative=(), serving=ServingOptions(concurrency=64, scheduler_recv_interval=10))
+    planner = Planner(wide)
+    dp = next(c for c in planner.run().configs if c.layout.dp > 1)
+    assert dp.serving["scheduler_recv_interval"] == 1
+    assert "--enable-dp-attention" in (cmd := sglang_command(wide, dp, 8, expert_dtype="fp8_block", cuda_arch=90))
+    assert "--scheduler-recv-interval" not in cmd
+    assert any("refused with DP attention" in n for n in launch_notes(wide, dp, expert_dtype="fp8_block", cuda_arch=90))
 
 
 def test_the_planner_prices_the_overlap_mode_it_launches() -> None:

@@ -181,8 +181,16 @@ class RankView:
         return self.cost(decoding * self.dp, tokens * self.dp)
 
 
-def rank_policy(chunk: int, max_running: int, dp: int, policy: str, tokens_per_step: float = 1.0) -> EnginePolicy:
-    return EnginePolicy(max(1, chunk // dp), max(1, max_running // dp), policy, tokens_per_step)
+def rank_policy(chunk: int, max_running: int, dp: int, policy: str, tokens_per_step: float = 1.0,
+                recv_interval: int = 1) -> EnginePolicy:
+    return EnginePolicy(max(1, chunk // dp), max(1, max_running // dp), policy, tokens_per_step, recv_interval)
+
+
+def recv_interval_of(planner: Planner, layout: Layout) -> int:
+    """The decode steps between the scheduler's polls for requests: the one asked, except under
+    DP attention, which sglang's SchedulerRecvSkipper refuses (it asserts ``not
+    enable_dp_attention``, managers/scheduler_recv_skipper.py, 0.5.9)."""
+    return planner.request.serving.scheduler_recv_interval if layout.dp == 1 else 1
 
 
 def serve(cost: GridCost, engine: EnginePolicy, lengths: LengthDist, options: ServingOptions, *,
@@ -258,7 +266,8 @@ def evaluate_agg(planner: Planner, pricer: StepPricer, layout: Layout, quant: st
     shape = chunk_shape(lengths, max(1, chunk // layout.dp))
     cost = RankView(pricer.grid(layout, quant, batch, spec, shape, chunk), layout.dp)
     policy = "separate" if spec is not None else "mixed"
-    engine = rank_policy(chunk, batch, layout.dp, policy, config.accept_length)
+    recv = recv_interval_of(planner, layout)
+    engine = rank_policy(chunk, batch, layout.dp, policy, config.accept_length, recv)
     host = planner.costs.engine.request.at(round(lengths.mean_input))
     ttft_slo = r.ttft_slo_ms / 1e3 if r.ttft_slo_ms else None
     tpot_slo = r.tpot_slo_ms / 1e3 if r.tpot_slo_ms else None
@@ -274,15 +283,16 @@ def evaluate_agg(planner: Planner, pricer: StepPricer, layout: Layout, quant: st
     if not met and config.violation == 0.0:
         config.violation = math.inf if not point.stable else 1e-9  # unstable, or over the admission cap
     config.meets_slo = met is not None
-    config.serving = serving_dict(point, policy, chunk, host, r.serving.ttft_percentile, layout.dp)
+    config.serving = serving_dict(point, policy, chunk, host, r.serving.ttft_percentile, layout.dp, recv)
     return config
 
 
 def serving_dict(point: ServingPoint, policy: str, chunk: int, host_s: float, percentile: float,
-                 dp: int = 1) -> dict[str, Any]:
+                 dp: int = 1, recv_interval: int = 1) -> dict[str, Any]:
     """What the serving model found; rates and batches for the whole instance (``dp`` ranks)."""
     finite = lambda v: v if math.isfinite(v) else None  # noqa: E731
-    return {"mode": "agg", "policy": policy, "chunked_prefill_size": chunk, "stable": point.stable,
+    return {"mode": "agg", "policy": policy, "chunked_prefill_size": chunk, "scheduler_recv_interval": recv_interval,
+            "stable": point.stable,
             "request_rate": point.rate * dp, "utilisation": finite(point.utilisation),
             "running_share": finite(point.admission),
             "ttft_mean_ms": finite((point.ttft_mean_s + host_s) * 1e3),
@@ -323,6 +333,11 @@ def serving_notes(planner: Planner, disagg: Any = None) -> list[str]:
                      f"at most {ADMISSION_CEILING:.0%} of --max-running-requests in use on average (at a given "
                      f"rate, waits for a free slot are not modelled; with --concurrency, clients past the limit "
                      f"wait for one)")
+        if options.scheduler_recv_interval > 1:
+            notes.append(f"sglang polls for new requests every {options.scheduler_recv_interval} decode steps "
+                         "(--scheduler-recv-interval; after a prompt step and when idle at once): a request arriving "
+                         "during decodes waits for the next poll and is prefilled with the others of the interval "
+                         "(its saving of host time per step is not priced)")
         notes.append("TTFT under load runs low: published runs at 5-250 clients (NIM 1.8.0, sgl-cookbook) measured "
                      "2-79% more than this model gives, for a cause not yet found; at one client it matches "
                      "infercast simulate (benchmarks/serving_points.py, docs/fidelity.md 'Loaded serving')")
@@ -332,4 +347,7 @@ def serving_notes(planner: Planner, disagg: Any = None) -> list[str]:
                      f"xPyD with up to {8} decode instances, the ratio that gives the most output tokens/s per "
                      "device of the whole deployment")
         notes += disagg.notes
+        if options.scheduler_recv_interval > 1:
+            notes.append("disaggregated pools are priced and launched polling every step (--scheduler-recv-interval "
+                         "prices the aggregated instances)")
     return notes

@@ -401,6 +401,9 @@ def add_serving_arguments(p: argparse.ArgumentParser) -> None:
                         "JSON list of such objects (default: --input-length / --output-length)")
     g.add_argument("--chunked-prefill-size", type=_int, default=None, metavar="TOKENS",
                    help="prompt tokens per step of an instance (default: sglang's for the device, 8192 on H100/H200)")
+    g.add_argument("--scheduler-recv-interval", type=_int, default=1, metavar="N",
+                   help="sglang polls for new requests every N decode steps (default 1: every step); a request "
+                        "arriving during decodes waits for the next poll")
     g.add_argument("--ttft-percentile", type=_float, default=90.0, metavar="P",
                    help="the TTFT percentile the SLO and the output use (default 90)")
     g.add_argument("--prefill-devices", default=None, metavar="LIST",
@@ -423,7 +426,7 @@ def serving_options(args: argparse.Namespace) -> Any:
         chunked_prefill_size=args.chunked_prefill_size, ttft_percentile=args.ttft_percentile / 100,
         prefill_devices=parse_device_counts(args.prefill_devices, "--prefill-devices") if args.prefill_devices else None,
         decode_devices=parse_device_counts(args.decode_devices, "--decode-devices") if args.decode_devices else None,
-        transfer_backend=args.transfer_backend)
+        transfer_backend=args.transfer_backend, scheduler_recv_interval=args.scheduler_recv_interval)
 
 
 def serving_json(request: Any) -> dict:
@@ -433,7 +436,7 @@ def serving_json(request: Any) -> dict:
             "lengths": [list(row) for row in s.lengths.rows] if s.lengths else None,
             "prefill_devices": list(s.prefill_devices) if s.prefill_devices else None,
             "decode_devices": list(s.decode_devices) if s.decode_devices else None,
-            "transfer_backend": s.transfer_backend}
+            "transfer_backend": s.transfer_backend, "scheduler_recv_interval": s.scheduler_recv_interval}
 
 
 def disagg_json(disagg: Any, launch: dict, notes: Sequence[str] = ()) -> dict | None:

@@ -205,6 +205,9 @@ class Planner:
         check_config(request.model, self.config, self.text, self.profile)
         if request.kv_cache_dtype not in KV_DTYPES:
             raise InfercastError(f"unknown --kv-cache-dtype {request.kv_cache_dtype!r}; valid: {', '.join(KV_DTYPES)}")
+        if request.serving.scheduler_recv_interval > 1 and request.engine != "sglang":
+            raise InfercastError(f"--scheduler-recv-interval is sglang's; {request.engine} polls for requests every "
+                                 "step (valid with --engine sglang)")
         for name, value in (("--input-length", request.input_length), ("--output-length", request.output_length)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InfercastError(f"{name} must be a positive whole number of tokens, got {value!r}")
@@ -576,6 +579,8 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
     if config.serving:  # continuous batching as planned: the chunk budget, decodes mixed into prompt steps
         cmd += ["--chunked-prefill-size", str(config.serving["chunked_prefill_size"])]
         cmd += ["--enable-mixed-chunk"] if config.serving["policy"] == "mixed" else []
+        recv = config.serving.get("scheduler_recv_interval", 1)
+        cmd += ["--scheduler-recv-interval", str(recv)] if recv > 1 else []
     if config.spec is not None:
         algorithm = "EAGLE3" if spec.draft_model else "EAGLE"
         cmd += ["--speculative-algorithm", algorithm]
@@ -651,6 +656,13 @@ def launch_notes(request: PlanRequest, config: Config, spec: Any = None, *, expe
         notes.append(f"trtllm: enable_attention_dp gives every rank its own attention; the plan's "
                      f"{config.layout.describe()} shards attention over {config.layout.tp} ranks in each DP group, "
                      "which TensorRT-LLM has no setting for")
+    asked = request.serving.scheduler_recv_interval
+    if asked > 1 and config.layout.dp > 1:
+        notes.append(f"sglang: --scheduler-recv-interval {asked} is refused with DP attention (its receive "
+                     "skipper asserts it is off); this layout is priced and launched polling every step")
+    elif asked > 1:
+        notes.append(f"vllm, trtllm: no equivalent of sglang's --scheduler-recv-interval {asked} (they poll for "
+                     "requests every step); the plan's TTFT is sglang's")
     if (request.engine == "sglang" and request.all_reduce_fusion == "off"
             and not reaches(request.engine_version, SGLANG_FUSION_OFF_SINCE)):
         notes.append(f"sglang {request.engine_version} has no flag to turn the all-reduce fusion off (from "

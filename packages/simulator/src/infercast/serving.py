@@ -158,6 +158,8 @@ class ServingOptions:
     decode_devices: tuple[int, ...] | None = None
     """Device counts of one decode instance (disaggregated); None: the plan's ``--num-devices``."""
     transfer_backend: str = "mooncake"
+    scheduler_recv_interval: int = 1
+    """sglang's ``--scheduler-recv-interval``: decode steps between polls for new requests."""
 
     def __post_init__(self) -> None:
         if self.request_rate is not None and self.concurrency is not None:
@@ -171,6 +173,10 @@ class ServingOptions:
                                                       or self.chunked_prefill_size < 1):
             raise InfercastError(f"--chunked-prefill-size must be a positive number of tokens, got "
                                  f"{self.chunked_prefill_size!r}")
+        if (isinstance(self.scheduler_recv_interval, bool) or not isinstance(self.scheduler_recv_interval, int)
+                or self.scheduler_recv_interval < 1):
+            raise InfercastError(f"--scheduler-recv-interval must be a whole number of decode steps >= 1, got "
+                                 f"{self.scheduler_recv_interval!r}")
         if not 0.5 <= self.ttft_percentile < 1.0:
             raise InfercastError(f"--ttft-percentile must be in [50, 100) (percent), got "
                                  f"{self.ttft_percentile * 100:g}")
@@ -204,10 +210,18 @@ class EnginePolicy:
     policy: str = "mixed"
     tokens_per_step: float = 1.0
     """Output tokens a decoding request gains per step (the accept length with speculation)."""
+    recv_interval: int = 1
+    """Decode steps between two polls for new requests (sglang's ``--scheduler-recv-interval``):
+    the scheduler polls after every step that carried prompt tokens and while idle, and otherwise
+    only every ``recv_interval``-th decode step, so a request arriving while others decode waits
+    up to that many steps before its prompt can be scheduled."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise InfercastError(f"unknown engine policy {self.policy!r}; valid: {', '.join(POLICIES)}")
+        if isinstance(self.recv_interval, bool) or not isinstance(self.recv_interval, int) or self.recv_interval < 1:
+            raise InfercastError(f"--scheduler-recv-interval must be a whole number of decode steps >= 1, got "
+                                 f"{self.recv_interval!r}")
 
 
 StepCost = Callable[[float, float], float]
@@ -408,12 +422,21 @@ def steady_state(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, rate
     tpot = (step if mixed else step / max(1e-12, 1.0 - p)) / a
     probs = lengths.probabilities
 
-    arriving = rate * mean_in * step  # prompt tokens of others that share a request's last step
+    # the step in progress, picked in proportion to its length: busy with probability p busy / step,
+    # else a decode step (a share w of the time) or none
+    busy_share = p * busy / step if step > 0 else 0.0
+    decoding_share = (1 - busy_share) * w
+    # An arrival during decodes waits for the scheduler's next poll, recv_interval decode steps
+    # apart, and is prefilled with the others of that interval: half of them ahead of it (FCFS),
+    # half sharing its last step. Mean-field: weighted by the share of arrivals that find decodes.
+    polled_with = decoding_share * rate * (engine.recv_interval - 1) * idle * mean_in
+    ahead = polled_with / 2 / room * full
+    arriving = rate * mean_in * step + polled_with / 2  # prompt tokens of others that share its last step
 
     def own(i: int) -> float:
         k = _ceil_steps(i, room)
         last = min(room, i - (k - 1) * room + arriving)
-        return (k - 1) * full + beside(last)
+        return ahead + (k - 1) * full + beside(last)
 
     in_system = sum(q * own(i) for (i, _, _), q in zip(lengths.rows, probs)) + decode_steps * tpot * a
     admission = rate * in_system / engine.max_running
@@ -422,10 +445,8 @@ def steady_state(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, rate
     service = [i / room * full for i, _, _ in lengths.rows]
     es2 = sum(q * s * s for q, s in zip(probs, service))
     wait = rate * es2 / (2 * (1 - rho)) if rho > 0 else 0.0
-    # the step in progress, picked in proportion to its length: busy with probability p busy / step,
-    # else a decode step (a share w of the time) or none
-    busy_share = p * busy / step if step > 0 else 0.0
-    phases = ((busy_share, busy), ((1 - busy_share) * w, idle), ((1 - busy_share) * (1 - w), 0.0))
+    # the rest of the step in progress, or during decodes of the recv_interval steps to the next poll
+    phases = ((busy_share, busy), (decoding_share, engine.recv_interval * idle), ((1 - busy_share) * (1 - w), 0.0))
     residual = sum(share * length / 2 for share, length in phases)
 
     owns = [(own(i), q) for (i, _, _), q in zip(lengths.rows, probs)]
@@ -627,10 +648,13 @@ def simulate_engine(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, r
             if len(arrivals) == requests:
                 window[2:] = now, done
 
+    since_poll = engine.recv_interval  # decode steps since the last poll; the first loop polls
     while done < requests:
-        while nxt < len(arrivals) and arrivals[nxt][0] <= now:
-            waiting.append(nxt)
-            nxt += 1
+        if since_poll >= engine.recv_interval or running == 0:
+            since_poll = 0
+            while nxt < len(arrivals) and arrivals[nxt][0] <= now:
+                waiting.append(nxt)
+                nxt += 1
         if running == 0 and not waiting:
             now = arrivals[nxt][0]
             continue
@@ -660,6 +684,7 @@ def simulate_engine(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, r
         run.step_time_s += duration
         run.busy_steps += taken > 0
         run.decoding += decodes
+        since_poll = engine.recv_interval if taken else since_poll + 1
         if decodes:
             decode_steps_done += 1
             while finish_at and finish_at[0][0] <= decode_steps_done:

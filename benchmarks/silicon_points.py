@@ -9,11 +9,13 @@ InferenceX rows (SemiAnalysis' InferenceMAX measurements, source ``db-dump/...``
 input and output lengths uniform in 0.8-1.0 of the row's ISL and OSL. This script replays
 that: `infercast.serving.simulate_engine(..., clients=N)` over the planner's step costs for
 the row's layout, with the engine's default step policy (sglang runs a prompt step apart from
-the decodes unless launched with --enable-mixed-chunk; vLLM mixes them) and the scheduler its
+the decodes unless launched with --enable-mixed-chunk; vLLM mixes them), the scheduler its
 version runs by default (vLLM from 0.14.0 one step ahead of the GPU; the all-reduce fused with
-the norm after it by sglang's rules for the version, by vLLM's from 0.17.0), and the engine's
-per-request host time added to each TTFT. The mean TTFT therefore includes the first wave of
-N prompts arriving together.
+the norm after it by sglang's rules for the version, by vLLM's from 0.17.0), the launch flags of
+the run's recipe that the simulator prices (:func:`recipe`: prompt budget, running requests,
+KV cache dtype, sglang's --scheduler-recv-interval), and the engine's per-request host time
+added to each TTFT. The mean TTFT therefore includes the first wave of N prompts arriving
+together (InferenceX's warm-up requests precede the timed ones and are not counted).
 
 Rows used: aggregated runs on H100, H200 and B200 of a model infercast ships, in the precision
 it ships, through sglang or vLLM, without attention DP. Every run is priced with the newest
@@ -24,7 +26,12 @@ Left out, with their counts printed:
   its 70 GB of weights take to read once at the full 4.8 TB/s);
 - the ``aic-auto-gap-analysis`` rows: no protocol is stated, and some layouts cannot hold the
   model (Qwen3-235B-A22B in FP8, 235 GB, at TP1 on one 141 GB H200);
-- rows whose measured TTFT passed 5 s: the queue grew through the finite run.
+- rows whose measured TTFT passed 5 s: the queue grew through the finite run;
+- rows giving TP 64 for a single-node recipe (sglang DeepSeek-R1 FP8 on B200, November 2025: the
+  CSV's TP is its MoE TP x EP, 8 x 8, and the run's layout is not known);
+- sglang DeepSeek-R1 FP8 runs on B200 from March 2026 that the database ties to no recipe: the
+  same day InferenceX also ran its MTP recipe, and the CSV does not say which is which
+  (:func:`beside_speculative`).
 A run listed twice (under DeepSeek-V3 and -R1, the same architecture, or in two source files)
 counts once; DeepSeek-R1 and -V3 are grouped as DeepSeek-R1/V3. Nothing here feeds the simulator. Run: .venv/bin/python benchmarks/silicon_points.py [--rows]
 """
@@ -35,6 +42,7 @@ import argparse
 import collections
 import statistics
 import sys
+from dataclasses import dataclass
 
 import pyarrow.csv as pa_csv
 from rich.console import Console
@@ -79,10 +87,16 @@ def inferencex(row: dict) -> bool:
     return row["silicon_data_source"].startswith(("db-dump/", "source_file=2026-"))
 
 
+def same_run(r: dict) -> tuple:
+    return (r["system"], r["backend"], r["backend_version"], r["isl"], r["osl"], r["tp_size"], r["batch_size"],
+            round(r["silicon_ttft_ms"], 6), round(r["silicon_tpot_ms"], 6))
+
+
 def select(rows: list[dict]) -> tuple[list[dict], collections.Counter]:
     """The rows this script replays, and why the others of ours were left out."""
     left: collections.Counter = collections.Counter()
     chosen, seen = [], set()
+    with_config = {same_run(r) for r in rows if "config_id=" in r["silicon_data_source"]}
     for r in rows:
         if not (r["mode"] == "agg" and r["system"] in DEVICES and r["model_path"] in {m for m, _ in MODELS}):
             continue
@@ -97,15 +111,70 @@ def select(rows: list[dict]) -> tuple[list[dict], collections.Counter]:
                  else f"{r['precision'] or 'unnamed'} weights, not mapped here"] += 1
         elif r["silicon_ttft_ms"] > SATURATED_MS:
             left[f"TTFT above {SATURATED_MS / 1e3:g} s (queue growing)"] += 1
+        elif int(r["tp_size"]) > 8:
+            left["TP over 8 GPUs in a single-node run (the CSV's TP x EP; the layout is not known)"] += 1
+        elif beside_speculative(r) and same_run(r) not in with_config:
+            left["B200 sglang DeepSeek-R1 FP8 runs the database ties to no recipe (its MTP recipe ran the same "
+                 "day)"] += 1
         else:
-            same = (r["system"], r["backend"], r["backend_version"], r["isl"], r["osl"], r["tp_size"],
-                    r["batch_size"], round(r["silicon_ttft_ms"], 6), round(r["silicon_tpot_ms"], 6))
+            same = same_run(r)
             if same in seen:
                 left["the same run listed twice (another model name or source file)"] += 1
                 continue
             seen.add(same)
             chosen.append(r)
     return chosen, left
+
+
+def beside_speculative(row: dict) -> bool:
+    """A run of a recipe that InferenceX also ran with speculative decoding on the same day:
+    sglang DeepSeek-R1 FP8 on B200 (``dsr1-fp8-b200-sglang-mtp``: EAGLE/MTP, 2 steps, 3 draft
+    tokens, beside the plain ``dsr1_fp8_b200.sh``). The plain recipe's runs carry a database
+    config id (87 at TP8, 271 at TP4: at 4 clients 8.76 ms a token, where the other 1K/1K run
+    decodes at 6.70 ms and goes on to 512 clients, which only the MTP recipe admits)."""
+    return (row["system"] == "b200_sxm" and row["backend"] == "sglang"
+            and row["model_path"].startswith("deepseek-ai/") and row["backend_version"] == "0.5.9")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The launch flags of a run's InferenceX recipe that the replay prices."""
+
+    chunk: int | None = None
+    """--chunked-prefill-size (sglang) / --max-num-batched-tokens (vLLM); None: the engine's default."""
+    max_running: int | None = None
+    """--max-running-requests / --max-num-seqs; None: the clients."""
+    recv_interval: int = 1
+    """sglang's --scheduler-recv-interval."""
+    kv_cache_dtype: str = "bf16"
+
+
+def recipe(row: dict) -> Recipe:
+    """What the run's server was launched with (SemiAnalysisAI/InferenceX, benchmarks/single_node/
+    and the earlier benchmarks/*_slurm.sh, read at the runs' dates):
+
+    - sglang DeepSeek-R1 FP8 on B200 (``dsr1_fp8_b200.sh``, Nov 2025 and Mar 2026): TP8
+      ``--chunked-prefill-size 32768 --max-running-requests 128 --kv-cache-dtype fp8_e4m3
+      --scheduler-recv-interval`` 10 below 16 clients, else 30; TP4 8,192 tokens, 32 requests,
+      interval 10;
+    - sglang DeepSeek-R1 FP8 on H200 (``dsr1_fp8_h200.sh``): ``--chunked-prefill-size 32768``,
+      ``--max-running-requests`` 512 at 1K/1K, else 256; bf16 cache; no receive interval;
+    - vLLM Llama-3.3-70B FP8 (``70b_fp8_h100_slurm.sh``, ``70b_fp8_h200_slurm.sh``,
+      ``70b_b200_slurm.sh``): ``--max-num-batched-tokens 8192 --kv-cache-dtype fp8
+      --max-num-seqs`` the clients;
+    - vLLM Kimi-K2.5 (``kimik2.5_int4_b200.sh``, ``kimik2.5_int4_h200.sh``): ``--max-num-seqs``
+      the clients, the rest vLLM's defaults."""
+    clients, tp = int(row["batch_size"]), int(row["tp_size"])
+    if row["backend"] == "sglang" and row["model_path"].startswith("deepseek-ai/"):
+        if row["system"] == "b200_sxm":
+            if tp == 4:
+                return Recipe(8192, 32, 10, "fp8")
+            return Recipe(32768, 128, 10 if clients < 16 else 30, "fp8")
+        if row["system"] == "h200_sxm":
+            return Recipe(32768, 512 if (row["isl"], row["osl"]) == (1024, 1024) else 256)
+    if row["backend"] == "vllm" and row["model_path"] == "meta-llama/Llama-3.1-70B":
+        return Recipe(8192, clients, kv_cache_dtype="fp8")
+    return Recipe(max_running=clients)
 
 
 def as_run(row: dict, model: str) -> dict:
@@ -128,21 +197,23 @@ def replay(row: dict, pricers: dict) -> tuple[float, float]:
     model, quant = MODELS[(row["model_path"], row["precision"])]
     lengths = LengthDist(tuple((round(isl * a), round(osl * b), 1.0) for a in RANGE for b in RANGE),
                          "uniform in 0.8-1.0 of ISL and OSL")
+    flags = recipe(row)
     batch = max(256, clients)
     request = PlanRequest(model=model, device=DEVICES[row["system"]], num_devices=(tp,), batches=(batch,),
                           speculative=(), quantizations=(quant,), engine=row["backend"],
-                          engine_version=None, input_length=isl, output_length=osl,
-                          **as_run(row, model), serving=ServingOptions(concurrency=clients, lengths=lengths))
+                          engine_version=None, input_length=isl, output_length=osl, kv_cache_dtype=flags.kv_cache_dtype,
+                          **as_run(row, model), serving=ServingOptions(concurrency=clients, lengths=lengths,
+                                                                       chunked_prefill_size=flags.chunk))
     key = (model, row["system"], row["backend"], request.overlap_scheduling, request.all_reduce_fusion, quant, isl,
-           osl)
+           osl, flags.chunk, flags.kv_cache_dtype)
     if key not in pricers:
         planner = Planner(request)
         pricers[key] = (planner, StepPricer(planner))
     planner, pricer = pricers[key]
     chunk = chunk_of(planner)
     cost = pricer.grid(Layout(tp, tp, 1, ep), quant, batch, None, chunk_shape(lengths, chunk), chunk)
-    run = simulate_engine(cost, rank_policy(chunk, batch, 1, POLICY[row["backend"]]), lengths, clients=clients,
-                          requests=10 * clients, warmup=0, seed=0)
+    policy = rank_policy(chunk, flags.max_running or batch, 1, POLICY[row["backend"]], recv_interval=flags.recv_interval)
+    run = simulate_engine(cost, policy, lengths, clients=clients, requests=10 * clients, warmup=0, seed=0)
     host = planner.costs.engine.request.at(round(lengths.mean_input))
     return (statistics.mean(run.ttft_s) + host) * 1e3, statistics.mean(run.tpot_s) * 1e3
 

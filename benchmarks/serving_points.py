@@ -82,7 +82,8 @@ def simulated_clients(request: PlanRequest, clients: int, tp: int) -> float:
     lengths, chunk, batch = request.serving.lengths, chunk_of(planner), max(request.batches)
     cost = StepPricer(planner).grid(Layout(tp, tp, 1, 1), request.quantizations[0], batch, None,
                                     chunk_shape(lengths, chunk), chunk)
-    run = simulate_engine(cost, rank_policy(chunk, batch, 1, "mixed"), lengths, clients=clients,
+    run = simulate_engine(cost, rank_policy(chunk, batch, 1, "mixed", lookahead=planner.costs.overlapped()), lengths,
+                          clients=clients,
                           requests=max(400, 20 * clients), warmup=max(100, 4 * clients), seed=1)
     return (statistics.mean(run.ttft_s) + planner.costs.engine.request.at(round(lengths.mean_input))) * 1e3
 

@@ -112,14 +112,15 @@ def select(rows: list[dict]) -> tuple[list[dict], collections.Counter]:
         elif r["silicon_ttft_ms"] > SATURATED_MS:
             left[f"TTFT above {SATURATED_MS / 1e3:g} s (queue growing)"] += 1
         elif int(r["tp_size"]) > 8:
-            left["TP over 8 GPUs in a single-node run (the CSV's TP x EP; the layout is not known)"] += 1
+            left["CSV rows giving TP over 8 for InferenceX's single-node recipes (the CSV's TP x EP; the layout is "
+                 "not known)"] += 1
         elif beside_speculative(r) and same_run(r) not in with_config:
-            left["B200 sglang DeepSeek-R1 FP8 runs the database ties to no recipe (its MTP recipe ran the same "
-                 "day)"] += 1
+            left["CSV rows of B200 sglang DeepSeek-R1 FP8 runs the database ties to no recipe (its MTP recipe ran "
+                 "the same day)"] += 1
         else:
             same = same_run(r)
             if same in seen:
-                left["the same run listed twice (another model name or source file)"] += 1
+                left["CSV rows repeating a run (another model name or source file)"] += 1
                 continue
             seen.add(same)
             chosen.append(r)
@@ -128,11 +129,12 @@ def select(rows: list[dict]) -> tuple[list[dict], collections.Counter]:
 
 def beside_speculative(row: dict) -> bool:
     """A run of a recipe that InferenceX also ran with speculative decoding on the same day:
-    sglang DeepSeek-R1 FP8 on B200 (``dsr1-fp8-b200-sglang-mtp``: EAGLE/MTP, 2 steps, 3 draft
-    tokens, beside the plain ``dsr1_fp8_b200.sh``). The plain recipe's runs carry a database
+    sglang DeepSeek-R1 FP8 on B200 at TP8 (``dsr1-fp8-b200-sglang-mtp``: EAGLE/MTP, 2 steps, 3
+    draft tokens, beside the plain ``dsr1_fp8_b200.sh``; its script stops at any other TP: "MTP
+    only supports TP=8"). The plain recipe's runs carry a database
     config id (87 at TP8, 271 at TP4: at 4 clients 8.76 ms a token, where the other 1K/1K run
     decodes at 6.70 ms and goes on to 512 clients, which only the MTP recipe admits)."""
-    return (row["system"] == "b200_sxm" and row["backend"] == "sglang"
+    return (row["system"] == "b200_sxm" and row["backend"] == "sglang" and int(row["tp_size"]) == 8
             and row["model_path"].startswith("deepseek-ai/") and row["backend_version"] == "0.5.9")
 
 
@@ -212,7 +214,8 @@ def replay(row: dict, pricers: dict) -> tuple[float, float]:
     planner, pricer = pricers[key]
     chunk = chunk_of(planner)
     cost = pricer.grid(Layout(tp, tp, 1, ep), quant, batch, None, chunk_shape(lengths, chunk), chunk)
-    policy = rank_policy(chunk, flags.max_running or batch, 1, POLICY[row["backend"]], recv_interval=flags.recv_interval)
+    policy = rank_policy(chunk, flags.max_running or batch, 1, POLICY[row["backend"]], recv_interval=flags.recv_interval,
+                         lookahead=planner.costs.overlapped())
     run = simulate_engine(cost, policy, lengths, clients=clients, requests=10 * clients, warmup=0, seed=0)
     host = planner.costs.engine.request.at(round(lengths.mean_input))
     return (statistics.mean(run.ttft_s) + host) * 1e3, statistics.mean(run.tpot_s) * 1e3

@@ -254,6 +254,24 @@ def test_a_receive_interval_is_priced_in_ttft_and_launched_where_sglang_takes_it
     assert any("refused with DP attention" in n for n in launch_notes(wide, dp, expert_dtype="fp8_block", cuda_arch=90))
 
 
+def test_the_scheduler_runs_one_step_ahead_where_the_engine_overlaps() -> None:
+    """sglang overlaps by default, not with speculative decoding (before spec v2); vLLM from
+    0.14.0; --overlap-scheduling decides where given. One step ahead, a loaded TTFT waits one
+    more step."""
+    from infercast.engines import engine_named
+    from infercast.serving import ServingOptions
+
+    sglang, vllm = engine_named("sglang"), engine_named("vllm")
+    assert sglang.overlapped("0.5.9") and not sglang.overlapped("0.5.9", speculative=True)
+    assert not sglang.overlapped("0.5.9", "off")
+    assert not vllm.overlapped("0.13.0") and vllm.overlapped("0.14.0") and vllm.overlapped("0.13.0", "on")
+    request = PlanRequest(model="meta-llama/Llama-3.1-8B-Instruct", device="H100", num_devices=(1,), batches=(64,),
+                          speculative=(), serving=ServingOptions(concurrency=16))
+    ahead, every = (Planner(replace(request, overlap_scheduling=m)).run().configs[0] for m in ("auto", "off"))
+    # the host step differs too (0.31 ms overlapped, 0.097 + 0.103 ms a request without)
+    assert ahead.ttft_ms > every.ttft_ms + 0.5 * ahead.tpot_ms
+
+
 def test_the_planner_prices_the_overlap_mode_it_launches() -> None:
     """vLLM's TPOT and TTFT carry its whole engine loop with --overlap-scheduling off (0.54 ms +
     12.7 us a request) and the overlapped 0.31 ms by default (its newest tables' version)."""

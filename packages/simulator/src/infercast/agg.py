@@ -182,8 +182,9 @@ class RankView:
 
 
 def rank_policy(chunk: int, max_running: int, dp: int, policy: str, tokens_per_step: float = 1.0,
-                recv_interval: int = 1) -> EnginePolicy:
-    return EnginePolicy(max(1, chunk // dp), max(1, max_running // dp), policy, tokens_per_step, recv_interval)
+                recv_interval: int = 1, lookahead: bool = False) -> EnginePolicy:
+    return EnginePolicy(max(1, chunk // dp), max(1, max_running // dp), policy, tokens_per_step, recv_interval,
+                        lookahead)
 
 
 def recv_interval_of(planner: Planner, layout: Layout) -> int:
@@ -267,7 +268,8 @@ def evaluate_agg(planner: Planner, pricer: StepPricer, layout: Layout, quant: st
     cost = RankView(pricer.grid(layout, quant, batch, spec, shape, chunk), layout.dp)
     policy = "separate" if spec is not None else "mixed"
     recv = recv_interval_of(planner, layout)
-    engine = rank_policy(chunk, batch, layout.dp, policy, config.accept_length, recv)
+    engine = rank_policy(chunk, batch, layout.dp, policy, config.accept_length, recv,
+                         planner.costs.overlapped(speculative=spec is not None))
     host = planner.costs.engine.request.at(round(lengths.mean_input))
     ttft_slo = r.ttft_slo_ms / 1e3 if r.ttft_slo_ms else None
     tpot_slo = r.tpot_slo_ms / 1e3 if r.tpot_slo_ms else None
@@ -338,9 +340,14 @@ def serving_notes(planner: Planner, disagg: Any = None) -> list[str]:
                          "(--scheduler-recv-interval; after a prompt step and when idle at once): a request arriving "
                          "during decodes waits for the next poll and is prefilled with the others of the interval "
                          "(its saving of host time per step is not priced)")
-        notes.append("TTFT under load runs low: published runs at 5-250 clients (NIM 1.8.0, sgl-cookbook) measured "
-                     "2-79% more than this model gives, for a cause not yet found; at one client it matches "
-                     "infercast simulate (benchmarks/serving_points.py, docs/fidelity.md 'Loaded serving')")
+        if planner.costs.overlapped():
+            spec = "" if planner.costs.overlapped(speculative=True) else " (its speculative configurations do not)"
+            notes.append(f"{r.engine} schedules one step ahead of the GPU{spec}: a request arriving while a step "
+                         "runs starts one step later")
+        notes.append("TTFT under load runs low: of 27 published runs at 5-250 clients (NIM 1.8.0, sgl-cookbook) "
+                     "25 measured more than this model gives (median 43% low, up to 74%), for a cause not yet "
+                     "found; at one client it matches infercast simulate (benchmarks/serving_points.py, "
+                     "docs/fidelity.md 'Loaded serving')")
     if disagg is not None:
         notes.append("disaggregated: decode instances kept full at their batch (no wait for a decode slot in "
                      "TTFT); KV cache sent after the prefill over the scale-out network (TTFT includes it); "

@@ -120,6 +120,10 @@ class CostModel:
         """The engine's host time per step (per speculative cycle) at this version and overlap mode."""
         return self.engine.host_step(self.engine_version, self.overlap, speculative=speculative)
 
+    def overlapped(self, speculative: bool = False) -> bool:
+        """Whether the scheduler runs one step ahead of the GPU (:meth:`Engine.overlapped`)."""
+        return self.engine.overlapped(self.engine_version, self.overlap, speculative=speculative)
+
     def measured_at(self, kind: str, key: tuple, axis: int, value: float) -> bool:
         """Whether a source's ``kind`` table has a point for ``key`` whose coordinate ``axis`` is ``value``."""
         for source in (self.calibration, self.tables):

@@ -313,13 +313,19 @@ class Engine:
         it does not. ``mode``: ``auto`` (the version's default), ``on`` or ``off``
         (``--overlap-scheduling``); speculative cycles of an engine without ``spec_overlap``
         never overlap."""
+        if not self.overlapped(version, mode, speculative=speculative):
+            return self.step_without_overlap or self.step
+        return self.step
+
+    def overlapped(self, version: str | None, mode: str = "auto", *, speculative: bool = False) -> bool:
+        """Whether the scheduler prepares each step while the GPU runs the one before, at engine
+        ``version`` and ``--overlap-scheduling`` ``mode`` (speculative cycles of an engine without
+        ``spec_overlap`` never do)."""
         if mode not in OVERLAP_MODES:
             raise InfercastError(f"unknown --overlap-scheduling {mode!r}; valid: {', '.join(OVERLAP_MODES)}")
         overlapped = mode == "on" or (mode == "auto" and (self.overlap_since is None
                                                          or reaches(version, self.overlap_since)))
-        if not overlapped or (speculative and not self.spec_overlap):
-            return self.step_without_overlap or self.step
-        return self.step
+        return overlapped and (self.spec_overlap or not speculative)
 
     def describe(self) -> str:
         return self.name

@@ -660,7 +660,7 @@ def launch_notes(request: PlanRequest, config: Config, spec: Any = None, *, expe
     if asked > 1 and config.layout.dp > 1:
         notes.append(f"sglang: --scheduler-recv-interval {asked} is refused with DP attention (its receive "
                      "skipper asserts it is off); this layout is priced and launched polling every step")
-    elif asked > 1:
+    elif asked > 1 and config.serving:
         notes.append(f"vllm, trtllm: no equivalent of sglang's --scheduler-recv-interval {asked} (they poll for "
                      "requests every step); the plan's TTFT is sglang's")
     if (request.engine == "sglang" and request.all_reduce_fusion == "off"

@@ -215,6 +215,10 @@ class EnginePolicy:
     the scheduler polls after every step that carried prompt tokens and while idle, and otherwise
     only every ``recv_interval``-th decode step, so a request arriving while others decode waits
     up to that many steps before its prompt can be scheduled."""
+    lookahead: bool = False
+    """The scheduler forms each step while the GPU runs the one before (sglang's overlap
+    scheduler, vLLM's async scheduling): it polls as a step starts, so a request arriving
+    while the engine runs misses the step already formed and starts one step later."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -429,7 +433,15 @@ def steady_state(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, rate
     # An arrival during decodes waits for the scheduler's next poll, recv_interval decode steps
     # apart, and is prefilled with the others of that interval: half of them ahead of it (FCFS),
     # half sharing its last step. Mean-field: weighted by the share of arrivals that find decodes.
-    polled_with = decoding_share * rate * (engine.recv_interval - 1) * idle * mean_in
+    # a decode run shorter than the interval empties the engine, which then polls at once
+    interval = min(engine.recv_interval, max(1.0, decode_steps))
+    # One step ahead (lookahead), the poll runs as a step starts: an arrival during a step misses
+    # the one already formed after it (a decode step, or after a prompt step the interval's decodes).
+    again = 1 - math.exp(-rate * step)  # the poll at a prompt step's start found prompts: another follows
+    late_busy = again * busy + (1 - again) * interval * idle if engine.lookahead else 0.0
+    late_decoding = idle if engine.lookahead else 0.0
+    polled_with = rate * mean_in * (decoding_share * (interval - 1) * idle
+                                    + (busy_share * (1 - again) * (interval - 1) * idle if engine.lookahead else 0.0))
     ahead = polled_with / 2 / room * full
     arriving = rate * mean_in * step + polled_with / 2  # prompt tokens of others that share its last step
 
@@ -445,19 +457,21 @@ def steady_state(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, rate
     service = [i / room * full for i, _, _ in lengths.rows]
     es2 = sum(q * s * s for q, s in zip(probs, service))
     wait = rate * es2 / (2 * (1 - rho)) if rho > 0 else 0.0
-    # the rest of the step in progress, or during decodes of the recv_interval steps to the next poll
-    phases = ((busy_share, busy), (decoding_share, engine.recv_interval * idle), ((1 - busy_share) * (1 - w), 0.0))
-    residual = sum(share * length / 2 for share, length in phases)
+    # (share, the uniform wait for the next poll, the steps formed before it): the rest of the step
+    # in progress, or during decodes of the recv_interval steps to the next poll
+    phases = ((busy_share, busy, late_busy), (decoding_share, interval * idle, late_decoding),
+              ((1 - busy_share) * (1 - w), 0.0, 0.0))
+    residual = sum(share * (length / 2 + late) for share, length, late in phases)
 
     owns = [(own(i), q) for (i, _, _), q in zip(lengths.rows, probs)]
 
     def cdf(t: float) -> float:
         total = 0.0
         for own_s, q in owns:
-            s = t - own_s
-            for share, length in phases:
+            for share, length, late in phases:
                 if share <= 0:
                     continue
+                s = t - own_s - late
                 queued = rho * _uniform_plus_exp(s, length, wait / rho) if wait > 0 else 0.0
                 total += q * share * ((1 - rho if wait > 0 else 1.0) * _uniform(s, length) + queued)
         return total
@@ -649,14 +663,17 @@ def simulate_engine(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, r
                 window[2:] = now, done
 
     since_poll = engine.recv_interval  # decode steps since the last poll; the first loop polls
+    started = None  # when the step that just ran began (None: the engine was idle)
     while done < requests:
         if since_poll >= engine.recv_interval or running == 0:
             since_poll = 0
-            while nxt < len(arrivals) and arrivals[nxt][0] <= now:
+            # one step ahead, this step was formed as the last one began; an idle engine polls at once
+            cutoff = started if engine.lookahead and started is not None and running > 0 else now
+            while nxt < len(arrivals) and arrivals[nxt][0] <= cutoff:
                 waiting.append(nxt)
                 nxt += 1
         if running == 0 and not waiting:
-            now = arrivals[nxt][0]
+            now, started = arrivals[nxt][0], None
             continue
         # admit FCFS
         while waiting and running < engine.max_running:
@@ -679,6 +696,7 @@ def simulate_engine(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, r
                 prefill.popleft()
         decodes = batch if (mixed or taken == 0) else 0
         duration = cost(decodes, taken)
+        started = now
         now += duration
         run.steps += 1
         run.step_time_s += duration

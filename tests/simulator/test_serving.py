@@ -243,9 +243,19 @@ def test_one_step_ahead_an_arrival_misses_the_step_already_formed(policy) -> Non
     otherwise, and one meeting an idle engine does not. Stated tolerance: the steady state within
     15% of the event simulation polling every step (mean and p90 TTFT, up to 60% utilisation with
     mixed steps, 30% with separate ones, which near saturation are a known gap); with a receive
-    interval as well, p90 within 15% and the mean high by up to 40%."""
+    interval as well, p90 within 15% and the mean within 25%."""
     cost = GridCost([1, 4, 16, 64, 256, 512], [512, 2048], lambda b, c: 8e-3 + 2e-5 * b + 1.5e-5 * c)
-    lengths = LengthDist(((600, 200, 1.0), (1000, 300, 1.0), (1400, 400, 1.0)), "three")
+    for lengths in (LengthDist(((600, 200, 1.0), (1000, 300, 1.0), (1400, 400, 1.0)), "three"),
+                    LengthDist(((3000, 200, 1.0), (5000, 300, 1.0)), "prompts over two or three chunks")):
+        _compare_ahead(cost, lengths, policy)
+    alone = [simulate_engine(cost, EnginePolicy(2048, 512, policy, lookahead=ahead), LengthDist.fixed(1000, 300),
+                             clients=1, requests=30, warmup=3).ttft_s for ahead in (False, True)]
+    assert alone[0] == pytest.approx(alone[1])
+
+
+def _compare_ahead(cost, lengths, policy) -> None:
+    """The steady state against the event simulation, polling every step and every 10th, with and
+    without lookahead (the tolerances of the test above)."""
     base = EnginePolicy(2048, 512, policy)
     for load in (0.1, 0.3, 0.6) if policy == "mixed" else (0.1, 0.3):
         rate = rate_at_utilisation(cost, base, lengths, load)
@@ -257,12 +267,9 @@ def test_one_step_ahead_an_arrival_misses_the_step_already_formed(policy) -> Non
             sims[R, ahead] = statistics.mean(sim.ttft_s)
             if (R, ahead) != (1, False):
                 assert model.ttft_p_s == pytest.approx(sim.quantile(sim.ttft_s, 0.9), rel=0.15)
-                assert model.ttft_mean_s == pytest.approx(sims[R, ahead], rel=0.15 if R == 1 else 0.40)
+                assert model.ttft_mean_s == pytest.approx(sims[R, ahead], rel=0.15 if R == 1 else 0.25)
         # most arrivals find a step running, and wait out one more
         assert sims[1, True] - sims[1, False] > 0.5 * cost(1, 0)
-    alone = [simulate_engine(cost, EnginePolicy(2048, 512, policy, lookahead=ahead), lengths, clients=1,
-                             requests=30, warmup=3).ttft_s for ahead in (False, True)]
-    assert alone[0] == pytest.approx(alone[1])
 
 
 def test_a_receive_interval_is_a_whole_number_of_steps() -> None:

@@ -433,11 +433,15 @@ def steady_state(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, rate
     # An arrival during decodes waits for the scheduler's next poll, recv_interval decode steps
     # apart, and is prefilled with the others of that interval: half of them ahead of it (FCFS),
     # half sharing its last step. Mean-field: weighted by the share of arrivals that find decodes.
-    # a decode run shorter than the interval empties the engine, which then polls at once
-    interval = min(engine.recv_interval, max(1.0, decode_steps))
+    # a decode run shorter than the interval empties the engine (the share 1 - w of the time no
+    # request decodes), which then polls at once
+    interval = w * engine.recv_interval + (1 - w) * min(engine.recv_interval, max(1.0, decode_steps))
     # One step ahead (lookahead), the poll runs as a step starts: an arrival during a step misses
     # the one already formed after it (a decode step, or after a prompt step the interval's decodes).
-    again = 1 - math.exp(-rate * step)  # the poll at a prompt step's start found prompts: another follows
+    # another prompt step follows one when the poll at its start found prompts, or when the prompts
+    # polled together (at least one, else an interval's arrivals) need more than a step
+    polled = max(mean_in, rate * mean_in * interval * idle)
+    again = max(1 - math.exp(-rate * step), 1 - room / max(room, polled))
     late_busy = again * busy + (1 - again) * interval * idle if engine.lookahead else 0.0
     late_decoding = idle if engine.lookahead else 0.0
     polled_with = rate * mean_in * (decoding_share * (interval - 1) * idle
@@ -673,7 +677,7 @@ def simulate_engine(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, r
                 waiting.append(nxt)
                 nxt += 1
         if running == 0 and not waiting:
-            now, started = arrivals[nxt][0], None
+            now, started = max(now, arrivals[nxt][0]), None
             continue
         # admit FCFS
         while waiting and running < engine.max_running:

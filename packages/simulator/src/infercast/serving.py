@@ -431,19 +431,19 @@ def steady_state(cost: StepCost, engine: EnginePolicy, lengths: LengthDist, rate
     busy_share = p * busy / step if step > 0 else 0.0
     decoding_share = (1 - busy_share) * w
     # An arrival during decodes waits for the scheduler's next poll, recv_interval decode steps
-    # apart, and is prefilled with the others of that interval: half of them ahead of it (FCFS),
-    # half sharing its last step. Mean-field: weighted by the share of arrivals that find decodes.
-    # a decode run shorter than the interval empties the engine (the share 1 - w of the time no
-    # request decodes), which then polls at once
+    # apart (a decode run shorter than that empties the engine, the share 1 - w of the time no
+    # request decodes, and an idle engine polls at once).
     interval = w * engine.recv_interval + (1 - w) * min(engine.recv_interval, max(1.0, decode_steps))
     # One step ahead (lookahead), the poll runs as a step starts: an arrival during a step misses
-    # the one already formed after it (a decode step, or after a prompt step the interval's decodes).
-    # another prompt step follows one when the poll at its start found prompts, or when the prompts
-    # polled together (at least one, else an interval's arrivals) need more than a step
+    # the one already formed after it: a decode step, or after a prompt step either another
+    # prompt step (the poll at its start found prompts, or the prompts polled together need more
+    # than a step) or the interval's decodes.
     polled = max(mean_in, rate * mean_in * interval * idle)
     again = max(1 - math.exp(-rate * step), 1 - room / max(room, polled))
     late_busy = again * busy + (1 - again) * interval * idle if engine.lookahead else 0.0
     late_decoding = idle if engine.lookahead else 0.0
+    # Prefilled with the others polled at the same time: half of them ahead of it (FCFS), half
+    # sharing its last step (mean-field: weighted by the share of arrivals that wait for a poll).
     polled_with = rate * mean_in * (decoding_share * (interval - 1) * idle
                                     + (busy_share * (1 - again) * (interval - 1) * idle if engine.lookahead else 0.0))
     ahead = polled_with / 2 / room * full

@@ -306,6 +306,9 @@ class Engine:
 
     moe_all_to_all: MoEAllToAll = MoEAllToAll(None, False, "assumed: an all-to-all for every expert dtype and layout")
     """When expert parallelism runs through an all-to-all backend rather than the standard dispatcher."""
+    recv_interval_flag: str | None = None
+    """The server flag that makes the scheduler poll for requests only every N decode steps
+    (None: the engine polls every step)."""
 
     def host_step(self, version: str | None, mode: str = "auto", *, speculative: bool = False) -> HostCost:
         """The host time a step (a speculative cycle) waits for at engine ``version``:
@@ -453,6 +456,8 @@ register(Engine(
     # GPTQ and AWQ checkpoints run through gptq_marlin / awq_marlin (sglang's only MPLinearKernel is Marlin)
     dense_kernels={"w4a16": "marlin"},
     moe_all_to_all=SGLANG_ALL_TO_ALL,
+    # managers/scheduler_recv_skipper.py (0.5.9): polls after prompt steps, while idle, and every N decode steps
+    recv_interval_flag="--scheduler-recv-interval",
 ))
 register(Engine(
     name="vllm", tables="vllm",

@@ -24,7 +24,7 @@ from infercast_adapters.config import load_config
 
 from infercast.build import BuiltModel, build
 from infercast.devices import GIB, DeviceSpec
-from infercast.engines import engine_named, reaches
+from infercast.engines import ENGINES, engine_named, reaches
 from infercast.layers import KV_DTYPES, SimContext
 from infercast.memory import MEMORY_FRACTION
 from infercast.parallel import Parallel, Workload, validate_layout
@@ -205,9 +205,10 @@ class Planner:
         check_config(request.model, self.config, self.text, self.profile)
         if request.kv_cache_dtype not in KV_DTYPES:
             raise InfercastError(f"unknown --kv-cache-dtype {request.kv_cache_dtype!r}; valid: {', '.join(KV_DTYPES)}")
-        if request.serving.scheduler_recv_interval > 1 and request.engine != "sglang":
-            raise InfercastError(f"--scheduler-recv-interval is sglang's; {request.engine} polls for requests every "
-                                 "step (valid with --engine sglang)")
+        if request.serving.scheduler_recv_interval > 1 and engine_named(request.engine).recv_interval_flag is None:
+            takes = [name for name, engine in ENGINES.items() if engine.recv_interval_flag]
+            raise InfercastError(f"--scheduler-recv-interval is {', '.join(takes)}'s; {request.engine} polls for "
+                                 f"requests every step (valid with --engine {' or '.join(takes)})")
         for name, value in (("--input-length", request.input_length), ("--output-length", request.output_length)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InfercastError(f"{name} must be a positive whole number of tokens, got {value!r}")
@@ -580,7 +581,7 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
         cmd += ["--chunked-prefill-size", str(config.serving["chunked_prefill_size"])]
         cmd += ["--enable-mixed-chunk"] if config.serving["policy"] == "mixed" else []
         recv = config.serving.get("scheduler_recv_interval", 1)
-        cmd += ["--scheduler-recv-interval", str(recv)] if recv > 1 else []
+        cmd += [engine_named("sglang").recv_interval_flag, str(recv)] if recv > 1 else []
     if config.spec is not None:
         algorithm = "EAGLE3" if spec.draft_model else "EAGLE"
         cmd += ["--speculative-algorithm", algorithm]
@@ -661,8 +662,9 @@ def launch_notes(request: PlanRequest, config: Config, spec: Any = None, *, expe
         notes.append(f"sglang: --scheduler-recv-interval {asked} is refused with DP attention (its receive "
                      "skipper asserts it is off); this layout is priced and launched polling every step")
     elif asked > 1 and config.serving:
-        notes.append(f"vllm, trtllm: no equivalent of sglang's --scheduler-recv-interval {asked} (they poll for "
-                     "requests every step); the plan's TTFT is sglang's")
+        every = [name for name in ("vllm", "trtllm") if engine_named(name).recv_interval_flag is None]
+        notes.append(f"{', '.join(every)}: no equivalent of sglang's --scheduler-recv-interval {asked} (they poll "
+                     "for requests every step); the plan's TTFT is sglang's")
     if (request.engine == "sglang" and request.all_reduce_fusion == "off"
             and not reaches(request.engine_version, SGLANG_FUSION_OFF_SINCE)):
         notes.append(f"sglang {request.engine_version} has no flag to turn the all-reduce fusion off (from "

@@ -173,16 +173,18 @@ class ServingOptions:
                                                       or self.chunked_prefill_size < 1):
             raise InfercastError(f"--chunked-prefill-size must be a positive number of tokens, got "
                                  f"{self.chunked_prefill_size!r}")
-        if (isinstance(self.scheduler_recv_interval, bool) or not isinstance(self.scheduler_recv_interval, int)
-                or self.scheduler_recv_interval < 1):
-            raise InfercastError(f"--scheduler-recv-interval must be a whole number of decode steps >= 1, got "
-                                 f"{self.scheduler_recv_interval!r}")
+        check_recv_interval(self.scheduler_recv_interval)
         if not 0.5 <= self.ttft_percentile < 1.0:
             raise InfercastError(f"--ttft-percentile must be in [50, 100) (percent), got "
                                  f"{self.ttft_percentile * 100:g}")
         if self.transfer_backend not in TRANSFER_BACKENDS:
             raise InfercastError(f"unknown --disaggregation-transfer-backend {self.transfer_backend!r}; valid: "
                                  f"{', '.join(TRANSFER_BACKENDS)}")
+
+
+def check_recv_interval(value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InfercastError(f"--scheduler-recv-interval must be a whole number of decode steps >= 1, got {value!r}")
 
 
 def default_chunk(memory_bytes: float, engine: str = "sglang", device_name: str = "") -> int:
@@ -223,9 +225,7 @@ class EnginePolicy:
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise InfercastError(f"unknown engine policy {self.policy!r}; valid: {', '.join(POLICIES)}")
-        if isinstance(self.recv_interval, bool) or not isinstance(self.recv_interval, int) or self.recv_interval < 1:
-            raise InfercastError(f"--scheduler-recv-interval must be a whole number of decode steps >= 1, got "
-                                 f"{self.recv_interval!r}")
+        check_recv_interval(self.recv_interval)
 
 
 StepCost = Callable[[float, float], float]

@@ -107,6 +107,43 @@ M1_LONG = [
           f"context {round(41941 / 10) + round(4220 / 10 / 2)} = mean prompt 4,194 + half the mean output 422"),
 ]
 
+# The other runs of M3's source (LMSYS blog 2025-09-26, SGLang at Ant Group; sglang 0.5.2 on
+# H20-96G), simulated as M3 is (DeepSeek-R1 decode on DP-attention + DeepEP low-latency EP, MTP,
+# the accept length the blog gives for the MTP setting, context 4,096): its service tiers on EP16
+# (batch 48 with 1 MTP step; batch 12 with 2 steps, 3 draft tokens, accept length 2.4-2.7) and its
+# EP-size study (batch 8 on EP16 and EP32, batch 32 on EP32; taken as run with the tiers' 1-step
+# MTP: its batch-32 EP16 figure is the 675 of M3). Its prefill: one node, TP8, 512 prompts of
+# 4,096 tokens at once through --chunked-prefill-size 16384 (four prompts a step), FP8 KV cache;
+# "16.5k input tokens per second" a node. Not targets. The measured figures include engine work
+# the simulator does not price: FP8 MLA decode (FlashMLA PR 82), DeepGEMM swapAB, single-batch
+# overlap and affinity-aware EPLB in decode; FA3 in FP8, the MHA path and a reduce-scatter/all-
+# gather around fused_qkv_a_proj in prefill.
+def _m3_decode(batch: int, ep: int, steps: int, accept_length: float) -> UserInput:
+    return UserInput(model="deepseek-ai/DeepSeek-R1", device="H20", num_devices=ep, tp_size=1, dp_size=ep,
+                     ep_size=ep, num_queries=batch * ep, decode=True, num_mtp_tokens=steps,
+                     accept_length=accept_length, context_length=4096)
+
+
+M3_OTHERS = [
+    Point("M3-Base", "output tok/s per GPU", 714.0, "tok/s", _m3_decode(48, 16, 1, 1.85),
+          lambda r: r.throughput_tokens_per_s_per_device, "decode", 0.10, "EP16, batch 48 a GPU, MTP 1 step"),
+    Point("M3-Max", "output tok/s per GPU", 423.0, "tok/s", _m3_decode(12, 16, 2, 2.55),
+          lambda r: r.throughput_tokens_per_s_per_device, "decode", 0.10,
+          "EP16, batch 12 a GPU, MTP 2 steps (3 draft tokens), accept length 2.55 (published 2.4-2.7)"),
+    Point("M3-EP16", "output tok/s per GPU", 278.0, "tok/s", _m3_decode(8, 16, 1, 1.85),
+          lambda r: r.throughput_tokens_per_s_per_device, "decode", 0.10, "EP16, batch 8 a GPU, MTP 1 step"),
+    Point("M3-EP32", "output tok/s per GPU", 293.0, "tok/s", _m3_decode(8, 32, 1, 1.85),
+          lambda r: r.throughput_tokens_per_s_per_device, "decode", 0.10, "EP32 (4 nodes), batch 8 a GPU, MTP 1 step"),
+    Point("M3-EP32", "output tok/s per GPU", 585.0, "tok/s", _m3_decode(32, 32, 1, 1.85),
+          lambda r: r.throughput_tokens_per_s_per_device, "decode", 0.10,
+          "EP32 (4 nodes), batch 32 a GPU, MTP 1 step (EP16: 675, M3)"),
+    Point("M3-prefill", "input tok/s per GPU", 16500 / 8, "tok/s",
+          UserInput(model="deepseek-ai/DeepSeek-R1", device="H20", num_devices=8, tp_size=8, num_queries=4,
+                    query_length=4096, kv_cache_dtype="fp8"),
+          lambda r: r.throughput_tokens_per_s_per_device, "prefill", 0.10,
+          "TP8, 4 prompts of 4,096 tokens a step (chunked prefill 16,384), FP8 KV; 16.5k a node"),
+]
+
 # M4: Llama-3.1-8B with its EAGLE-3 draft, chain of 3 (s3 k1 n4), 1 x H100. The paper gives no
 # accept length: it is fitted once to the batch-2 speedup and kept for batch 16, so what is
 # checked is how verify and draft costs grow with batch. MT-bench context assumed 1024 tokens.
@@ -231,6 +268,10 @@ def main() -> int:
     for point in M1_LONG:
         add_point(point, long_errors)
     table.add_section()
+    m3_errors: dict[str, list[float]] = {"prefill": [], "decode": []}
+    for point in M3_OTHERS:
+        add_point(point, m3_errors)
+    table.add_section()
     for concurrency, measured, tpot, ttft, rate in m1_loaded_rows():
         for metric, unit, simulated, key in (("TPOT", "ms", tpot, "tpot_ms"), ("TTFT, mean", "ms", ttft, "ttft_ms"),
                                              ("output tok/s, all GPUs", "tok/s", rate, "output_tok_s")):
@@ -245,6 +286,9 @@ def main() -> int:
     for kind in errors:
         values = errors[kind] + long_errors[kind]
         console.print(f"median |error| over the {kind} points with M1's other runs: {statistics.median(values):.1%} "
+                      f"({len(values)} points)")
+    for kind, values in m3_errors.items():
+        console.print(f"median |error| over M3's other runs ({kind}): {statistics.median(values):.1%} "
                       f"({len(values)} points)")
     return 0
 

@@ -17,7 +17,11 @@ same cost model `simulate` uses, against a timing published in a pull request:
   streaming comes from the H100 and H200 tables, so for it all thirteen are out of sample;
 - the same analytic Marlin MoE against sglang's measured Marlin MoE tables on H100 and H200 at
   1-2,048 tokens (every shape and MoE TP at EP 1), below the >= 4,096 tokens its compute share
-  was fitted at.
+  was fitted at;
+- DeepGEMM's FP8 grouped GEMM (masked layout, 1 x 128 activation and 128 x 128 weight scales,
+  the decode MoE's expert GEMM) on an H20, DeepSeek-V3's expert shapes (deepseek-ai/DeepGEMM
+  PR 192, the kernel before swapAB, 16 groups; issue 114, 32 groups), priced analytically: out
+  of sample for the H20's GEMM efficiency, which is not fitted to any GEMM.
 
 Nothing here feeds the simulator. Run: .venv/bin/python benchmarks/kernel_points.py
 """
@@ -31,7 +35,8 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from infercast import routing
+from infercast import analytic, routing
+from infercast.cost import OpCost
 from infercast.costmodel import CostModel, Phase
 from infercast.devices import BUILTIN_DEVICES
 from infercast.kernels.grid import Answer
@@ -46,6 +51,7 @@ GROUP = 128
 TILEOPS = "tile-ai/TileOPs PR 1874 (H200, CUPTI; in-sample: the Marlin figure is fitted to these)"
 HUMMING = "inclusionAI/humming PR 2 (H100, dense 8192 x 8192, channelwise)"
 FLAGGEMS = "flagos-ai/FlagGems PR 3609 (H20 96 GB, vLLM's fused Marlin MoE)"
+DEEPGEMM = "deepseek-ai/DeepGEMM PR 192 and issue 114 (H20, FP8 grouped GEMM, masked layout)"
 
 # (rows, n, k, us)
 MARLIN_H200 = [(1, 8192, 8192, 20.3), (1, 8192, 16384, 38.1), (1, 7168, 20480, 40.6), (1, 8192, 81920, 138.4)]
@@ -59,6 +65,21 @@ MARLIN_MOE_H20 = [
     (256, 512, 4096, 1024, 10, 2.227), (1024, 512, 4096, 1024, 10, 5.646), (2048, 512, 4096, 1024, 10, 8.665),
     (4096, 512, 4096, 1024, 10, 20.824),
 ]
+
+# (groups, rows a group, n, k, us): PR 192's 'before' column (16 groups of aligned rows; its swapAB
+# column is a kernel sglang did not ship by default) and issue 114's run (32 groups of 64 rows)
+DEEPGEMM_H20 = [(16, 32, 4096, 7168, 257), (16, 32, 7168, 2048, 127), (16, 96, 4096, 7168, 497),
+                (16, 96, 7168, 2048, 240), (16, 160, 4096, 7168, 921), (16, 160, 7168, 2048, 472),
+                (32, 64, 4096, 7168, 485)]
+
+
+def fp8_grouped_gemm(groups: int, m: int, n: int, k: int) -> OpCost:
+    """One grouped FP8 GEMM over ``groups`` experts of ``m`` rows each: FP8 activations and
+    weights with fp32 scales (1 x 128 per activation row, 128 x 128 per weight block), bf16 out."""
+    weights = groups * (n * k + (n // 128) * (k // 128) * 4)
+    activations = groups * m * (k + k // 128 * 4) + groups * m * n * 2
+    return OpCost(flops=2.0 * groups * m * n * k, compute_dtype="fp8", bytes=weights + activations, kind="gemm",
+                  kernel_dtype="fp8_block", gemm_mnk=(m, n, k), gemm_count=groups, grouped=True)
 
 
 def int4_gemm(m: int, n: int, k: int, group: int = GROUP) -> OpRecord:
@@ -99,6 +120,11 @@ def rows() -> list[tuple[str, str, str, float, float, str]]:
             priced = model.price(record, DECODE)
             kernel = "Marlin MoE" if record.name == "infercast::fused_moe" else "Marlin GEMM"
             out.append((source, f"{kernel}, {device}", priced.origin, measured_us, priced.seconds * 1e6, shape))
+    h20 = DEVICES["H20"]
+    for groups, m, n, k, us in DEEPGEMM_H20:
+        timed = analytic.kernel_time(fp8_grouped_gemm(groups, m, n, k), h20)
+        out.append((DEEPGEMM, "FP8 grouped GEMM, H20", "analytic (no H20 tables)", us, timed.seconds * 1e6,
+                    f"{groups} x {m} x {n} x {k}"))
     return out
 
 

@@ -200,9 +200,11 @@ H20_CAPPED = replace(
     streams={"marlin": MARLIN_H20},
     source="H20 has no measured tables. Attention: FlashAttention-3 forward on an H20 (head dim 128, 2,048 tokens, "
     "batch 2) ran at 107.8 TFLOP/s causal = 0.73 of 148 and 126.2 non-causal = 0.85 (Dao-AILab/flash-attention "
-    "issue #1310). GEMMs: no H20 GEMM measurement was found; the H20's tensor rate is capped far below what its "
-    "78 sm_90 SMs can issue, so GEMMs are assumed to reach it as readily as the non-causal attention kernel does "
-    "(0.85, every dtype). Memory, fixed costs and links: the H100 figures (same sm_90 kernels), from "
+    "issue #1310). GEMMs: the H20's tensor rate is capped far below what its 78 sm_90 SMs can issue, so GEMMs are "
+    "taken to reach it as readily as the non-causal attention kernel does (0.85, every dtype); checked, not fitted, "
+    "against DeepGEMM's FP8 grouped GEMM on an H20 at 32-160 rows an expert (deepseek-ai/DeepGEMM PR 192 and issue "
+    "114): median |error| 3.5% over 7 shapes, 160 rows 22-23% fast (benchmarks/kernel_points.py). Memory, fixed "
+    "costs and links: the H100 figures (same sm_90 kernels), from "
     + HOPPER_H100.source,
 )
 

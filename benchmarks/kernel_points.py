@@ -20,8 +20,9 @@ same cost model `simulate` uses, against a timing published in a pull request:
   was fitted at;
 - DeepGEMM's FP8 grouped GEMM (masked layout, 1 x 128 activation and 128 x 128 weight scales,
   the decode MoE's expert GEMM) on an H20, DeepSeek-V3's expert shapes (deepseek-ai/DeepGEMM
-  PR 192, the kernel before swapAB, 16 groups; issue 114, 32 groups), priced analytically: out
-  of sample for the H20's GEMM efficiency, which is not fitted to any GEMM.
+  PR 192, the kernel before swapAB, 16 groups; issue 114, 32 groups; PR 116, 2-9 groups of
+  16-32 rows), priced analytically: out of sample for the H20's GEMM efficiency, which is not
+  fitted to any GEMM.
 
 Nothing here feeds the simulator. Run: .venv/bin/python benchmarks/kernel_points.py
 """
@@ -51,7 +52,7 @@ GROUP = 128
 TILEOPS = "tile-ai/TileOPs PR 1874 (H200, CUPTI; in-sample: the Marlin figure is fitted to these)"
 HUMMING = "inclusionAI/humming PR 2 (H100, dense 8192 x 8192, channelwise)"
 FLAGGEMS = "flagos-ai/FlagGems PR 3609 (H20 96 GB, vLLM's fused Marlin MoE)"
-DEEPGEMM = "deepseek-ai/DeepGEMM PR 192 and issue 114 (H20, FP8 grouped GEMM, masked layout)"
+DEEPGEMM = "deepseek-ai/DeepGEMM PR 192, PR 116 and issue 114 (H20, FP8 grouped GEMM, masked layout)"
 
 # (rows, n, k, us)
 MARLIN_H200 = [(1, 8192, 8192, 20.3), (1, 8192, 16384, 38.1), (1, 7168, 20480, 40.6), (1, 8192, 81920, 138.4)]
@@ -67,10 +68,13 @@ MARLIN_MOE_H20 = [
 ]
 
 # (groups, rows a group, n, k, us): PR 192's 'before' column (16 groups of aligned rows; its swapAB
-# column is a kernel sglang did not ship by default) and issue 114's run (32 groups of 64 rows)
+# column is a kernel sglang did not ship by default), issue 114's run (32 groups of 64 rows) and
+# PR 116's rerun of DeepGEMM's masked test on an H20 (expected rows a group, each group's drawn
+# within +-30% of it; random inputs)
 DEEPGEMM_H20 = [(16, 32, 4096, 7168, 257), (16, 32, 7168, 2048, 127), (16, 96, 4096, 7168, 497),
                 (16, 96, 7168, 2048, 240), (16, 160, 4096, 7168, 921), (16, 160, 7168, 2048, 472),
-                (32, 64, 4096, 7168, 485)]
+                (32, 64, 4096, 7168, 485), (2, 16, 4096, 7168, 35), (4, 16, 4096, 7168, 66),
+                (2, 32, 4096, 7168, 36), (9, 32, 4096, 7168, 142)]
 
 
 def fp8_grouped_gemm(groups: int, m: int, n: int, k: int) -> OpCost:

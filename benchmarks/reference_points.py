@@ -113,11 +113,12 @@ M1_LONG = [
 # (batch 48 with 1 MTP step; batch 12 with 2 steps, 3 draft tokens, accept length 2.4-2.7) and its
 # EP-size study (batch 8 on EP16 and EP32, batch 32 on EP32; taken as run with the tiers' 1-step
 # MTP: its batch-32 EP16 figure is the 675 of M3). Its prefill: one node, TP8, 512 prompts of
-# 4,096 tokens at once through --chunked-prefill-size 16384 (four prompts a step), FP8 KV cache;
-# "16.5k input tokens per second" a node. Not targets. The measured figures include engine work
-# the simulator does not price: FP8 MLA decode (FlashMLA PR 82), DeepGEMM swapAB, single-batch
-# overlap and affinity-aware EPLB in decode; FA3 in FP8, the MHA path and a reduce-scatter/all-
-# gather around fused_qkv_a_proj in prefill.
+# 4,096 tokens at once (bench_serving at its default unlimited rate), "16.5k input tokens per
+# second" a node; --chunked-prefill-size 16384 (four prompts a step) and the FP8 KV cache are the
+# prefill launch flags of the post's reproduction, antgroup/sglang PR 4. Not targets. The
+# measured figures include engine work the simulator does not price: FP8 MLA decode (FlashMLA
+# PR 82), DeepGEMM swapAB, single-batch overlap and affinity-aware EPLB in decode; FA3 in FP8,
+# the MHA path and a reduce-scatter/all-gather around fused_qkv_a_proj in prefill.
 def _m3_decode(batch: int, ep: int, steps: int, accept_length: float) -> UserInput:
     return UserInput(model="deepseek-ai/DeepSeek-R1", device="H20", num_devices=ep, tp_size=1, dp_size=ep,
                      ep_size=ep, num_queries=batch * ep, decode=True, num_mtp_tokens=steps,
@@ -130,11 +131,11 @@ M3_OTHERS = [
     Point("M3-Max", "output tok/s per GPU", 423.0, "tok/s", _m3_decode(12, 16, 2, 2.55),
           lambda r: r.throughput_tokens_per_s_per_device, "decode", 0.10,
           "EP16, batch 12 a GPU, MTP 2 steps (3 draft tokens), accept length 2.55 (published 2.4-2.7)"),
-    Point("M3-EP16", "output tok/s per GPU", 278.0, "tok/s", _m3_decode(8, 16, 1, 1.85),
+    Point("M3-EP16-b8", "output tok/s per GPU", 278.0, "tok/s", _m3_decode(8, 16, 1, 1.85),
           lambda r: r.throughput_tokens_per_s_per_device, "decode", 0.10, "EP16, batch 8 a GPU, MTP 1 step"),
-    Point("M3-EP32", "output tok/s per GPU", 293.0, "tok/s", _m3_decode(8, 32, 1, 1.85),
+    Point("M3-EP32-b8", "output tok/s per GPU", 293.0, "tok/s", _m3_decode(8, 32, 1, 1.85),
           lambda r: r.throughput_tokens_per_s_per_device, "decode", 0.10, "EP32 (4 nodes), batch 8 a GPU, MTP 1 step"),
-    Point("M3-EP32", "output tok/s per GPU", 585.0, "tok/s", _m3_decode(32, 32, 1, 1.85),
+    Point("M3-EP32-b32", "output tok/s per GPU", 585.0, "tok/s", _m3_decode(32, 32, 1, 1.85),
           lambda r: r.throughput_tokens_per_s_per_device, "decode", 0.10,
           "EP32 (4 nodes), batch 32 a GPU, MTP 1 step (EP16: 675, M3)"),
     Point("M3-prefill", "input tok/s per GPU", 16500 / 8, "tok/s",

@@ -202,8 +202,8 @@ H20_CAPPED = replace(
     "batch 2) ran at 107.8 TFLOP/s causal = 0.73 of 148 and 126.2 non-causal = 0.85 (Dao-AILab/flash-attention "
     "issue #1310). GEMMs: the H20's tensor rate is capped far below what its 78 sm_90 SMs can issue, so GEMMs are "
     "taken to reach it as readily as the non-causal attention kernel does (0.85, every dtype); checked, not fitted, "
-    "against DeepGEMM's FP8 grouped GEMM on an H20 at 32-160 rows an expert (deepseek-ai/DeepGEMM PR 192 and issue "
-    "114): median |error| 3.5% over 7 shapes, 160 rows 22-23% fast (benchmarks/kernel_points.py). Memory, fixed "
+    "against DeepGEMM's FP8 grouped GEMM on an H20 at 16-160 rows an expert (deepseek-ai/DeepGEMM PRs 192 and 116, "
+    "issue 114): median |error| 4.9% over 11 shapes, 160 rows 22-23% fast (benchmarks/kernel_points.py). Memory, fixed "
     "costs and links: the H100 figures (same sm_90 kernels), from "
     + HOPPER_H100.source,
 )

@@ -42,6 +42,18 @@ def _tokens_per_gpu(accept_length: float = 1.0) -> Callable[[SimResult], float]:
     return read
 
 
+def _per_device(r: SimResult) -> float:
+    return r.throughput_tokens_per_s_per_device
+
+
+def _m3_decode(batch: int, ep: int, steps: int, accept_length: float) -> UserInput:
+    """DeepSeek-R1 decode on ``ep`` H20s (DP-attention + EP, ``batch`` requests a GPU, ``steps``
+    MTP steps) at M3's context of 4,096 tokens."""
+    return UserInput(model="deepseek-ai/DeepSeek-R1", device="H20", num_devices=ep, tp_size=1, dp_size=ep,
+                     ep_size=ep, num_queries=batch * ep, decode=True, num_mtp_tokens=steps,
+                     accept_length=accept_length, context_length=4096)
+
+
 # M1's lengths as the benchmark drew them: sglang.bench_serving's random dataset with its default
 # --random-range-ratio 0 draws each prompt's input and output length uniformly from [1, 1000]; the
 # run's 10 prompts had 6,101 input and 4,220 output tokens (sgl-cookbook, Kimi-K2.5, "Speed
@@ -76,10 +88,7 @@ POINTS = [
                     ep_size=72, ep_num_redundant_experts=32, two_batch_overlap=True, num_queries=256 * 72,
                     decode=True, context_length=2000),
           _tokens_per_gpu(), "decode", 0.10, "DP72 EP72 (256 + 32 redundant expert slots), TBO, 256 req/GPU"),
-    Point("M3", "output tok/s per GPU", 675.0, "tok/s",
-          UserInput(model="deepseek-ai/DeepSeek-R1", device="H20", num_devices=16, tp_size=1, dp_size=16, ep_size=16,
-                    num_queries=32 * 16, decode=True, num_mtp_tokens=1, accept_length=1.85, context_length=4096),
-          lambda r: r.throughput_tokens_per_s_per_device, "decode", 0.10,
+    Point("M3", "output tok/s per GPU", 675.0, "tok/s", _m3_decode(32, 16, 1, 1.85), _per_device, "decode", 0.10,
           "MTP 1 step (2 draft tokens verified), published accept length 1.85; the MTP layer priced as a draft"),
 ]
 
@@ -119,29 +128,23 @@ M1_LONG = [
 # measured figures include engine work the simulator does not price: FP8 MLA decode (FlashMLA
 # PR 82), DeepGEMM swapAB, single-batch overlap and affinity-aware EPLB in decode; FA3 in FP8,
 # the MHA path and a reduce-scatter/all-gather around fused_qkv_a_proj in prefill.
-def _m3_decode(batch: int, ep: int, steps: int, accept_length: float) -> UserInput:
-    return UserInput(model="deepseek-ai/DeepSeek-R1", device="H20", num_devices=ep, tp_size=1, dp_size=ep,
-                     ep_size=ep, num_queries=batch * ep, decode=True, num_mtp_tokens=steps,
-                     accept_length=accept_length, context_length=4096)
-
-
 M3_OTHERS = [
     Point("M3-Base", "output tok/s per GPU", 714.0, "tok/s", _m3_decode(48, 16, 1, 1.85),
-          lambda r: r.throughput_tokens_per_s_per_device, "decode", 0.10, "EP16, batch 48 a GPU, MTP 1 step"),
+          _per_device, "decode", 0.10, "EP16, batch 48 a GPU, MTP 1 step"),
     Point("M3-Max", "output tok/s per GPU", 423.0, "tok/s", _m3_decode(12, 16, 2, 2.55),
-          lambda r: r.throughput_tokens_per_s_per_device, "decode", 0.10,
+          _per_device, "decode", 0.10,
           "EP16, batch 12 a GPU, MTP 2 steps (3 draft tokens), accept length 2.55 (published 2.4-2.7)"),
     Point("M3-EP16-b8", "output tok/s per GPU", 278.0, "tok/s", _m3_decode(8, 16, 1, 1.85),
-          lambda r: r.throughput_tokens_per_s_per_device, "decode", 0.10, "EP16, batch 8 a GPU, MTP 1 step"),
+          _per_device, "decode", 0.10, "EP16, batch 8 a GPU, MTP 1 step"),
     Point("M3-EP32-b8", "output tok/s per GPU", 293.0, "tok/s", _m3_decode(8, 32, 1, 1.85),
-          lambda r: r.throughput_tokens_per_s_per_device, "decode", 0.10, "EP32 (4 nodes), batch 8 a GPU, MTP 1 step"),
+          _per_device, "decode", 0.10, "EP32 (4 nodes), batch 8 a GPU, MTP 1 step"),
     Point("M3-EP32-b32", "output tok/s per GPU", 585.0, "tok/s", _m3_decode(32, 32, 1, 1.85),
-          lambda r: r.throughput_tokens_per_s_per_device, "decode", 0.10,
+          _per_device, "decode", 0.10,
           "EP32 (4 nodes), batch 32 a GPU, MTP 1 step (EP16: 675, M3)"),
     Point("M3-prefill", "input tok/s per GPU", 16500 / 8, "tok/s",
           UserInput(model="deepseek-ai/DeepSeek-R1", device="H20", num_devices=8, tp_size=8, num_queries=4,
                     query_length=4096, kv_cache_dtype="fp8"),
-          lambda r: r.throughput_tokens_per_s_per_device, "prefill", 0.10,
+          _per_device, "prefill", 0.10,
           "TP8, 4 prompts of 4,096 tokens a step (chunked prefill 16,384), FP8 KV; 16.5k a node"),
 ]
 

@@ -329,7 +329,7 @@ BUILTIN_DEVICES: tuple[DeviceSpec, ...] = (
         peak_flops_per_s={"bf16": 148 * T, "fp16": 148 * T, "fp8": 296 * T, "int8": 296 * T},
         memory_bytes=97871 * MIB, hbm_bandwidth_bytes_per_s=4.0 * TB,
         scale_up_bandwidth_bytes_per_s=450 * GB, scale_up_latency_s=3e-6,
-        scale_out_bandwidth_bytes_per_s=4 * 400e9 / 8 / 8, scale_out_latency_s=10e-6,
+        scale_out_bandwidth_bytes_per_s=4 * IB_400G / 8, scale_out_latency_s=10e-6,
         sm_count=78, cuda_arch=90, devices_per_node=8, efficiency=H20_CAPPED,
         sources={"compute capability": CUDA_GPUS, "peaks, NVLink": NVIDIA_SPEC, "memory": NVIDIA_SMI,
                  "scale-out": "4 x 400 Gb/s RDMA NICs per 8-GPU node (H800: 8 x 400), 200 Gb/s a GPU: the H20-96G "

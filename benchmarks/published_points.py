@@ -16,12 +16,12 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from rich.console import Console
 from rich.table import Table
 
-from infercast.simulate import UserInput, simulate
+from infercast.simulate import SimResult, UserInput, simulate
 
 # Llama 2, as TensorRT-LLM's v0.9.0 benchmark engines built it (vocabulary 32,000; the 7B with
 # full multi-head attention, the 70B with 8 KV heads): not bundled with infercast, so written
@@ -70,8 +70,10 @@ SOURCES = {
              "performance post), so before async scheduling became vLLM's default (0.14.0)",
     COOKBOOK: "sgl-project/sgl-cookbook model pages, 'Speed Benchmark': sglang.bench_serving --dataset-name random "
               "at --max-concurrency 1, 10 prompts with lengths drawn uniformly up to the flag (1K in: 6,101 tokens; "
-              "8K in: 41,941; 1K out: 4,210-4,220; 8K out: 44,452): TTFT at the mean prompt, TPOT at the mean "
-              "prompt plus half the mean output. DeepSeek-R1-0528 and Qwen3-235B-A22B-Instruct-2507 on 8 x B200 "
+              "8K in: 41,941; 1K out: 4,210-4,220; 8K out: 44,452; the lengths are numpy's draws at bench_serving's "
+              "default seed 1): TTFT as the mean over the ten prompts, the first served from the prefix cache (the "
+              "warm-up sends it and the commands pass no --flush-cache), TPOT at the mean prompt plus half the mean "
+              "output. DeepSeek-R1-0528 and Qwen3-235B-A22B-Instruct-2507 on 8 x B200 "
               "(SGLang 0.5.6.post1 / 0.5.6), Llama-3.1-70B on 8 x A100 (0.5.6), all --tp 8",
     COOKBOOK_AMD: "sgl-project/sgl-cookbook, the same 'Speed Benchmark' runs (random 1K/1K, 1K/8K and 8K/1K at "
                   "--max-concurrency 1, 10 prompts) on 8 x MI300X with SGLang 0.5.7, --tp 8: "
@@ -81,7 +83,8 @@ SOURCES = {
                   "costs and a measured smallest all-reduce",
     SGLANG_PR: "sgl-project/sglang PR 13466 (2025-11-18, 'Support Kimi-K2 (non-Thinking)' for piecewise CUDA "
                "graphs), the 'After' table: moonshotai/Kimi-K2-Instruct-0905 --tp 8 --enable-piecewise-cuda-graph, "
-               "sglang.bench_serving random 1,024 in / 16 out, range ratio 1.0, 16 prompts at --max-concurrency 1. "
+               "sglang.bench_serving random 1,024 in / 16 out, range ratio 1.0, 16 prompts at --max-concurrency 1, "
+               "--flush-cache (no prompt cached). "
                "The GPU is not named; the PR's log (a 0.53 GB KV pool after 8 GB of graph capture beside ~1 TB of "
                "FP8 weights on 8 GPUs) fits 141 GB cards only, so H200",
     SGLANG_H20: "sgl-project/sglang PR 7631 (2025-06-29, 'Add H20 fused MoE kernel configs for Dpsk & Qwen3'), the "
@@ -167,21 +170,50 @@ def nim_points(model: str) -> list[Published]:
     return ttft + itl
 
 
-def sglang_c1(model: str, device: str, tp: int, ran: str, *, prompt: int | None = None, context: int | None = None,
-              prefill_graph: str | None = None) -> Callable[[], float]:
-    """One request at a time through sglang ``ran`` (the version that measured): the client TTFT
-    of a ``prompt``-token request, or the TPOT of a decode step at ``context``. The points keep
-    the newest tables, which cover the most kernels, and the prefill CUDA graphs ``ran`` has by
-    default (piecewise graphs from 0.5.10; the cookbook's 0.5.6.x launches prefill eagerly)
+def bench_serving_prompts(input_len: int, num_prompts: int = 10, seed: int = 1) -> tuple[int, ...]:
+    """The prompt lengths ``sglang.bench_serving --dataset-name random`` sends, in order: at its
+    default ``--random-range-ratio 0`` it draws each uniformly from [1, input_len] with numpy
+    seeded by ``--seed`` (default 1; sample_random_requests). The cookbook's totals check it:
+    6,101 tokens for ``--random-input-len 1000`` and 41,941 for 8000."""
+    import numpy as np
+
+    return tuple(int(n) for n in np.random.RandomState(seed).randint(1, input_len + 1, size=num_prompts))
+
+
+def mean_ttft(user: UserInput, prompts: Sequence[int], *, warm_first: bool) -> tuple[float, list[SimResult]]:
+    """The mean client TTFT over ``prompts`` sent one at a time, each ``user``'s prefill at its
+    length, and the results in order. ``warm_first``: bench_serving's warm-up request is the run's
+    first prompt and the prefix cache is flushed only with ``--flush-cache``, so the first timed
+    request finds its prompt cached and computes only its last token (sglang always computes at
+    least one; a paged cache recomputes up to a page, left out here)."""
+    from dataclasses import replace
+
+    cache: dict[tuple[int, int], SimResult] = {}
+
+    def prefill(query: int, cached: int) -> SimResult:
+        if (query, cached) not in cache:
+            cache[query, cached] = simulate(replace(user, query_length=query, context_length=cached))
+        return cache[query, cached]
+
+    results = [prefill(1, n - 1) if i == 0 and warm_first else prefill(n, 0) for i, n in enumerate(prompts)]
+    return statistics.fmean(r.ttft_ms for r in results), results
+
+
+def sglang_c1(model: str, device: str, tp: int, ran: str, *, prompts: Sequence[int] = (), warm_first: bool = False,
+              context: int | None = None, prefill_graph: str | None = None) -> Callable[[], float]:
+    """One request at a time through sglang ``ran`` (the version that measured): the mean client
+    TTFT over ``prompts`` (``mean_ttft``), or the TPOT of a decode step at ``context``. The points
+    keep the newest tables, which cover the most kernels, and the prefill CUDA graphs ``ran`` has
+    by default (piecewise graphs from 0.5.10; the cookbook's 0.5.6.x launches prefill eagerly)
     unless ``prefill_graph`` says what the run turned on."""
-    if prompt is None:
+    if not prompts:
         return sglang_decode(model, device, tp, 1, context, ran)
     from infercast.engines import engine_named
 
     default = "auto" if engine_named("sglang").prefill_graphs.applies(ran) else "off"
-    return simulated("ttft_ms", model=model, device=device, num_devices=tp, tp_size=tp, num_queries=1,
-                     prefill_cuda_graph=prefill_graph or default, query_length=prompt,
-                     all_reduce_fusion=fusion_in(ran, model, device, tp))
+    user = UserInput(model=model, device=device, num_devices=tp, tp_size=tp, num_queries=1,
+                     prefill_cuda_graph=prefill_graph or default, all_reduce_fusion=fusion_in(ran, model, device, tp))
+    return lambda: mean_ttft(user, prompts, warm_first=warm_first)[0]
 
 
 def sglang_decode(model: str, device: str, tp: int, batch: int, context: int, ran: str) -> Callable[[], float]:
@@ -218,6 +250,10 @@ def points(root: Path) -> list[Published]:
     kimi_k2 = _config_dir("Kimi-K2-Instruct-0905", _kimi_k2_instruct(), root)
     llama70 = "meta-llama/Llama-3.1-70B-Instruct"  # Llama-3.3-70B has the same architecture
     llama8 = "meta-llama/Llama-3.1-8B-Instruct"
+    # the cookbook's runs: bench_serving's ten prompts, the first cached by its warm-up (no --flush-cache)
+    in_1k = dict(prompts=bench_serving_prompts(1000), warm_first=True)
+    in_8k = dict(prompts=bench_serving_prompts(8000), warm_first=True)
+    assert sum(in_1k["prompts"]) == 6101 and sum(in_8k["prompts"]) == 41941, "the pages' input totals"
     return [
         Published("T1", "Llama-2-7B FP8, 1 x H100, 128 tokens", 6.3, "prefill", "in-engine", TRTLLM_090,
                   trtllm_prefill(l7, "H100", 1, 128)),
@@ -236,30 +272,30 @@ def points(root: Path) -> list[Published]:
         Published("T8", "Llama-2-70B FP8, 4 x H200 TP4, 2,048 tokens", 103.0, "prefill", "in-engine", TRTLLM_090,
                   trtllm_prefill(l70, "H200", 4, 2048)),
         *nim_points(llama70),
-        Published("C1", "DeepSeek-R1 FP8, 8 x B200 TP8, 610 tokens", 153.00, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, "0.5.6.post1", prompt=610)),
-        Published("C2", "DeepSeek-R1 FP8, 8 x B200 TP8, 4,194 tokens", 165.91, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, "0.5.6.post1", prompt=4194)),
+        Published("C1", "DeepSeek-R1 FP8, 8 x B200 TP8, 1K prompts (mean 610)", 153.00, "prefill", "client TTFT, mean",
+                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, "0.5.6.post1", **in_1k)),
+        Published("C2", "DeepSeek-R1 FP8, 8 x B200 TP8, 8K prompts (mean 4,194)", 165.91, "prefill", "client TTFT, mean",
+                  COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, "0.5.6.post1", **in_8k)),
         Published("C3", "DeepSeek-R1 FP8, 8 x B200 TP8, context 821", 9.16, "decode", "client TPOT, mean",
                   COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, "0.5.6.post1", context=610 + 211)),
         Published("C4", "DeepSeek-R1 FP8, 8 x B200 TP8, context 2,833", 9.21, "decode", "client TPOT, mean",
                   COOKBOOK, sglang_c1("deepseek-ai/DeepSeek-R1", "B200", 8, "0.5.6.post1", context=610 + 2223)),
-        Published("C5", "Qwen3-235B-A22B bf16, 8 x B200 TP8, 610 tokens", 99.03, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, "0.5.6", prompt=610)),
-        Published("C6", "Qwen3-235B-A22B bf16, 8 x B200 TP8, 4,194 tokens", 139.90, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, "0.5.6", prompt=4194)),
+        Published("C5", "Qwen3-235B-A22B bf16, 8 x B200 TP8, 1K prompts (mean 610)", 99.03, "prefill", "client TTFT, mean",
+                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, "0.5.6", **in_1k)),
+        Published("C6", "Qwen3-235B-A22B bf16, 8 x B200 TP8, 8K prompts (mean 4,194)", 139.90, "prefill", "client TTFT, mean",
+                  COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, "0.5.6", **in_8k)),
         Published("C7", "Qwen3-235B-A22B bf16, 8 x B200 TP8, context 821", 10.12, "decode", "client TPOT, mean",
                   COOKBOOK, sglang_c1("Qwen/Qwen3-235B-A22B", "B200", 8, "0.5.6", context=610 + 211)),
-        Published("C8", "Llama-3.1-70B bf16, 8 x A100 TP8, 610 tokens", 131.61, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1(llama70, "A100", 8, "0.5.6", prompt=610)),
-        Published("C9", "Llama-3.1-70B bf16, 8 x A100 TP8, 4,194 tokens", 395.25, "prefill", "client TTFT, mean",
-                  COOKBOOK, sglang_c1(llama70, "A100", 8, "0.5.6", prompt=4194)),
+        Published("C8", "Llama-3.1-70B bf16, 8 x A100 TP8, 1K prompts (mean 610)", 131.61, "prefill", "client TTFT, mean",
+                  COOKBOOK, sglang_c1(llama70, "A100", 8, "0.5.6", **in_1k)),
+        Published("C9", "Llama-3.1-70B bf16, 8 x A100 TP8, 8K prompts (mean 4,194)", 395.25, "prefill", "client TTFT, mean",
+                  COOKBOOK, sglang_c1(llama70, "A100", 8, "0.5.6", **in_8k)),
         Published("C10", "Llama-3.1-70B bf16, 8 x A100 TP8, context 821", 18.63, "decode", "client TPOT, mean",
                   COOKBOOK, sglang_c1(llama70, "A100", 8, "0.5.6", context=610 + 211)),
         Published("K1", "Kimi-K2-Instruct FP8, 8 x H200 TP8, 1,024 tokens", 95.154, "prefill",
                   "client TTFT, mean; prefill in piecewise CUDA graphs (on in the run, sglang's default from "
                   "0.5.10)", SGLANG_PR,
-                  sglang_c1(kimi_k2, "H200", 8, SGLANG_PR_VERSION, prompt=1024, prefill_graph="on")),
+                  sglang_c1(kimi_k2, "H200", 8, SGLANG_PR_VERSION, prompts=(1024,) * 16, prefill_graph="on")),
         Published("K2", "Kimi-K2-Instruct FP8, 8 x H200 TP8, context 1,032", 11.376, "decode", "client TPOT, mean",
                   SGLANG_PR, sglang_c1(kimi_k2, "H200", 8, SGLANG_PR_VERSION, context=1024 + 8)),
         *[Published(f"A{i}", f"{name}, 8 x MI300X TP8, context {context:,}", measured, "decode", "client TPOT, mean",

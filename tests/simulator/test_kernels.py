@@ -155,6 +155,11 @@ def test_the_engines_host_time_is_one_row_per_step() -> None:
     request = [op for op in prefill.ops if op.name.startswith("request:")]
     assert len(request) == 1 and prefill.ttft_ms == pytest.approx(prefill.step_latency_ms + request[0].total_ms)
     assert request[0].total_ms == pytest.approx(engine_named("sglang").request.at(1000) * 1e3)
+    # a prefix-cache hit computes 10 tokens but tokenizes the whole 1,000-token prompt
+    hit = simulate(UserInput(model="llama-3.1-8b", device="H100", num_devices=1, query_length=10,
+                             context_length=990))
+    assert hit.ttft_ms - hit.step_latency_ms == pytest.approx(request[0].total_ms)
+    assert hit.step_latency_ms < prefill.step_latency_ms / 2
 
 
 def test_vllm_schedules_ahead_of_the_gpu_from_0_14_and_overlap_scheduling_overrides_the_version() -> None:

@@ -140,7 +140,9 @@ def price(user: UserInput, built: BuiltModel, records: list[OpRecord], model: Co
     if speculative:
         step.host += spec_host_rows(model, ctx.requests)
     step_s = step.seconds
-    request_s = 0.0 if decode else model.engine.request.at(query_length)
+    # a prefill on cached tokens is a prefix-cache hit: the client still sends, and the engine
+    # tokenizes, the whole prompt
+    request_s = 0.0 if decode else model.engine.request.at(query_length + context)
     total_s = step_s + request_s
     shared = step.compute_s + step.communication_s + sum(h.seconds for h in step.host) + request_s
     # what the shares divide: the kernels back to back, plus the host rows

@@ -20,6 +20,9 @@ from this script; run it to check them: .venv/bin/python benchmarks/derive_devic
   (split-KV passes and their merge, the softmax pipeline's ramp);
 - MLA attention fixed time: the same over the MLA decode table (DeepSeek-V3's latent geometry,
   bf16 cache), which takes longer again on Hopper (16 us);
+- FP8 cast rate (Hopper): the slope of the FP8-cache MLA decode's time minus the bf16 one's over
+  the tokens in the pool (64K and up). sglang's MLA decode on Hopper copies the whole FP8 pool
+  to bf16 before attending (sglang issue 35291), and the collector's pool is the batch's tokens;
 - the kernel floor is the shortest GEMM in the table (a kernel's minimum duration under CUDA
   graphs);
 - link efficiency: custom all-reduce over 8 GPUs at the largest message, bus bandwidth
@@ -185,6 +188,19 @@ def attention_fixed(device, system: str, version: str) -> tuple[list[float], lis
     return attention, mla
 
 
+def fp8_pool_cast(system: str, version: str) -> tuple[float, int] | None:
+    """(seconds per pool token, points) of the FP8 minus bf16 MLA decode in the device's tables,
+    the slope over 64K-token pools and up: sglang's Hopper MLA decode casts the whole FP8 pool to
+    bf16 first, and the collector's pool holds exactly the batch's tokens."""
+    latent = aic.load("generation_mla", system, ENGINE, version)
+    if {("bf16",), ("fp8",)} - set(latent.keys()):
+        return None
+    bf16 = dict(latent.grid(("bf16",)).points())
+    points = [(batch * context, us - bf16[heads, batch, context]) for (heads, batch, context), us
+              in latent.grid(("fp8",)).points() if (heads, batch, context) in bf16 and batch * context >= 65536]
+    return fit_line(points)[0] * 1e-6, len(points)
+
+
 def main() -> int:
     for device in BUILTIN_DEVICES:
         system = device.kernel_tables
@@ -226,6 +242,10 @@ def main() -> int:
                   f"{len(attention)} decodes of 1-8 requests over 64-2,048 tokens)")
         if mla:
             print(f"  MLA attention fixed: {statistics.median(mla):.2f} us (the same over {len(mla)} MLA decodes)")
+        cast = fp8_pool_cast(system, version)
+        if cast is not None and cast[0] > 0.2e-9:  # Blackwell's FP8 MLA is faster than bf16: no cast
+            print(f"  FP8 pool cast: {cast[0] * 1e9:.4f} ns a pool token ({cast[0] / 576 * 1e12:.3f} ps an element; "
+                  f"slope of FP8 - bf16 MLA decode over {cast[1]} points of 64K-token pools and up)")
         ar = aic.load("all_reduce", system, ENGINE, version)
         grid = ar.grid(("graph", 8))
         if grid is not None:

@@ -431,3 +431,45 @@ def test_kimis_decode_moe_reads_the_experts_random_routing_touches() -> None:
     rows = max(0.0, (at(96) - at(48)) / 48)  # the table's cost of more rows once every expert is read
     assert priced.seconds * 1e6 == pytest.approx(at(64) - at(48) + at(same) + rows * (48 - same), rel=1e-6)
     assert 0.70 < priced.seconds * 1e6 / at(64) < 0.85
+
+
+def test_the_fp8_pool_cast_prices_issue_35291s_kernel_from_the_tables_rate() -> None:
+    """sglang issue 35291 timed the cast of a 131,072-slot FP8 MLA pool at 225.79 us a layer on an
+    H200; the rate comes from aiconfigurator's tables (FP8 minus bf16 MLA decode), not from it."""
+    cast = OpRecord("infercast::kv_pool_cast", (), (), "layers.0.self_attn", 0,
+                    named={"pool_tokens": 131072, "width": 576})
+    h200 = CostModel(DEVICES["H200"], "sglang").price(cast, DECODE)
+    assert h200.seconds == pytest.approx(225.79e-6, rel=0.06)
+    # not HBM-bound: the H100 casts at about the H200's rate, the H20's fewer SMs cast slower
+    h100 = CostModel(DEVICES["H100"], "sglang").price(cast, DECODE)
+    assert h100.seconds == pytest.approx(h200.seconds, rel=0.05)
+    h20 = CostModel(DEVICES["H20"], "sglang").price(cast, DECODE)
+    assert h20.seconds > 1.5 * h100.seconds
+
+
+def test_sglang_on_hopper_casts_the_whole_fp8_mla_pool_in_every_layer() -> None:
+    from infercast.simulate import UserInput, simulate
+
+    def run(**fields):
+        user = dict(model="deepseek-ai/DeepSeek-V3", device="H200", num_devices=8, decode=True, num_queries=32,
+                    context_length=4096)
+        return simulate(UserInput(**{**user, **fields}))
+
+    def rows(result, name):
+        return [op for op in result.ops if op.name.startswith(name)]
+
+    bf16, fp8 = run(), run(kv_cache_dtype="fp8")
+    cast = rows(fp8, "kv_pool_cast")
+    assert len(cast) == 1 and cast[0].count == 61 and not rows(bf16, "kv_pool_cast")
+    # the pool is what the weights leave, at 576 bytes a token a layer
+    memory = fp8.memory_gib
+    pool = math.floor((memory["capacity"] - memory["weights"]) * 2**30 / (61 * 576))
+    assert f"{pool:,} slots" in cast[0].origin
+    assert cast[0].total_ms / 61 == pytest.approx(pool * DEVICES["H200"].efficiency.fp8_cast_s_per_element * 576e3,
+                                                  rel=0.01)
+    # after the cast the attention reads bf16: the bf16 table rows, not the FP8 rows (which hold a cast of their own)
+    assert rows(fp8, "mla_attention")[0].total_ms == pytest.approx(rows(bf16, "mla_attention")[0].total_ms)
+    assert any("FP8 KV pool cast" in note for note in fp8.notes)
+    # Blackwell's trtllm_mla and vLLM read FP8 as it is
+    for other in (run(kv_cache_dtype="fp8", device="B200"), run(kv_cache_dtype="fp8", engine="vllm")):
+        assert not rows(other, "kv_pool_cast") and not any("pool cast" in note for note in other.notes)

@@ -115,6 +115,9 @@ def kernel_time(cost: OpCost, device: DeviceSpec, kernel: str | None = None) -> 
     compute = compute_seconds(cost, device, stream)
     if stream is not None and cost.grouped and stream.grouped_sm_bytes_per_s:
         memory, fixed = cost.bytes / stream.grouped_rate(device), stream.grouped_fixed_s
+    elif cost.kind == "cast" and device.efficiency.fp8_cast_s_per_element:
+        memory = cost.bytes / 3 * device.efficiency.fp8_cast_s_per_element  # a byte read, two written an element
+        fixed = device.efficiency.kernel_fixed_s
     else:
         memory = cost.bytes / (device.hbm_bandwidth_bytes_per_s * (stream.memory if stream else device.efficiency.memory))
         streamed = min(cost.gemm_kernels, cost.kernels) if stream else 0

@@ -37,7 +37,8 @@ class OpCost:
     """The kernel family (``bf16``, ``fp8_block``, ``w4a16``, ...) for GEMMs."""
     kind: str = "memory"
     """Efficiency class: ``gemm``, ``attention``, ``mla_attention`` (decode over a latent cache: the
-    attention efficiency, its own fixed time), ``memory`` (streaming kernels) or ``collective``."""
+    attention efficiency, its own fixed time), ``memory`` (streaming kernels), ``cast`` (an FP8-to-bf16
+    copy, at the device's cast rate) or ``collective``."""
     kernels: int = 1
     """Kernels the operator launches (a fused MoE is several)."""
     gemm_kernels: int = 1
@@ -196,6 +197,12 @@ def _embedding(record: OpRecord) -> OpCost:
     """A gather: the ids in, and only the looked-up rows read and written."""
     out = record.outputs[0]
     return OpCost(bytes=record["ids"].nbytes + 2.0 * out.nbytes)
+
+
+@register_cost("infercast::kv_pool_cast")
+def _kv_pool_cast(record: OpRecord) -> OpCost:
+    """An FP8 KV pool cast to bf16 whole: a byte read and two written for each of its elements."""
+    return OpCost(bytes=3.0 * record["pool_tokens"] * record["width"], kind="cast")
 
 
 @register_cost("infercast::kv_cache_write")

@@ -17,7 +17,7 @@ counts and lengths; the MoE shape, routing and EP split; collective sizes and gr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from infercast_adapters import InfercastError
@@ -70,6 +70,9 @@ class Phase:
     scale_up_domain: int
     piecewise: bool = False
     """Under piecewise graphs: attention still launches eagerly between the captured pieces."""
+    kv_pool_tokens: int = 0
+    """Slots of the FP8 KV pool each MLA decode attention casts to bf16 first (0: none; then
+    the attention reads bf16)."""
 
 
 DENSE_GEMMS = ("infercast::gemm", "infercast::quant_gemm")
@@ -164,6 +167,8 @@ class CostModel:
 
     def _price(self, record: OpRecord, phase: Phase) -> Priced:
         cost = cost_of(record)
+        if phase.kv_pool_tokens and record.name == "infercast::mla_attention":
+            cost = replace(cost, bytes=cost.bytes + record["latent_cache"].nbytes)  # reads the bf16 copy
         kernel = self.stream_kernel(record, cost)
         timed = (analytic.collective_time(cost, self.device, phase.scale_up_domain) if cost.collective
                  else analytic.kernel_time(cost, self.device, kernel))
@@ -196,6 +201,9 @@ def _record_key(record: OpRecord, phase: Phase) -> tuple:
 
 
 def _why_analytic(record: OpRecord, query: Query | None, model: CostModel) -> str:
+    if record.name == "infercast::kv_pool_cast":
+        return (f"{model.engine.name}'s whole-pool FP8-to-bf16 copy, {record['pool_tokens']:,} slots "
+                f"at the device's cast rate")
     if model.tables is None and model.calibration is None:
         return "no measured tables"
     if query is None:
@@ -313,7 +321,8 @@ def _mla_decode_query(record: OpRecord, cost: OpCost, model: CostModel, phase: P
     if q.shape[2] != MLA_GEOMETRY["latent"] or record["v_head_dim"] != MLA_GEOMETRY["kv_lora"]:
         return None
     heads, seqs, q_len, kv_len = q.shape[1], record["num_seqs"], record["q_len"], record["kv_len"]
-    kv_dtype = _kv(cache.dtype)
+    # after a whole-pool cast the kernel reads bf16; the tables' FP8 rows hold a cast of their own
+    kv_dtype = "bf16" if phase.kv_pool_tokens else _kv(cache.dtype)
     device = model.device
 
     def shape(c):

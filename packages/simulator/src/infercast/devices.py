@@ -141,6 +141,10 @@ class Efficiency:
     streams: Mapping[str, KernelStream] = field(default_factory=dict)
     """Weight-only GEMM kernel families (``marlin``) measured to stream their weights
     differently from ``memory`` and ``kernel_fixed_s``; a family not listed streams at those."""
+    fp8_cast_s_per_element: float | None = None
+    """Seconds per element of PyTorch's FP8-to-bf16 ``.to()`` over a large buffer (a ``cast``
+    kernel; None: streamed at ``memory``). Not HBM-bound on Hopper: H100 and H200 cast at the
+    same rate, a fifth of their bandwidth."""
 
     def gemm_efficiency(self, kernel_dtype: str, compute_dtype: str) -> float:
         return self.gemm.get(kernel_dtype) or self.gemm.get(compute_dtype) or self.gemm["bf16"]
@@ -159,14 +163,14 @@ AIC = "aiconfigurator-core 0.12.0 tables ({system}, sglang {version}), derived b
 HOPPER_H100 = Efficiency(
     gemm={"bf16": 0.724, "fp8": 0.514, "fp8_block": 0.619, "int8": 0.514}, attention=0.575, memory=0.858,
     kernel_fixed_s=3.01e-6, attention_fixed_s=9.98e-6, mla_attention_fixed_s=15.88e-6, link=1.04, scale_out=0.8,
-    collective_floor_s=4.82e-6, streams={"marlin": MARLIN_SM90},
+    collective_floor_s=4.82e-6, streams={"marlin": MARLIN_SM90}, fp8_cast_s_per_element=1.6747e-9 / 576,
     source=AIC.format(system="h100_sxm", version="0.5.14") + "; int8 assumed at the fp8 rate (same tensor-core "
     "peak on sm_90, no int8 table); link above 1: NVLink SHARP reduces in the switch",
 )
 HOPPER_H200 = Efficiency(
     gemm={"bf16": 0.693, "fp8": 0.560, "fp8_block": 0.606, "int8": 0.560}, attention=0.559, memory=0.845,
     kernel_fixed_s=3.02e-6, attention_fixed_s=10.35e-6, mla_attention_fixed_s=16.20e-6, link=1.038, scale_out=0.8,
-    collective_floor_s=3.47e-6, streams={"marlin": MARLIN_SM90},
+    collective_floor_s=3.47e-6, streams={"marlin": MARLIN_SM90}, fp8_cast_s_per_element=1.6183e-9 / 576,
     source=AIC.format(system="h200_sxm", version="0.5.14") + "; int8 assumed at the fp8 rate (same tensor-core "
     "peak on sm_90, no int8 table); link above 1: NVLink SHARP reduces in the switch",
 )
@@ -197,14 +201,15 @@ ASCEND_A3_MEASURED = replace(
 )
 H20_CAPPED = replace(
     HOPPER_H100, gemm={"bf16": 0.85, "fp8": 0.85, "fp8_block": 0.85, "int8": 0.85}, attention=0.73,
-    streams={"marlin": MARLIN_H20},
+    streams={"marlin": MARLIN_H20}, fp8_cast_s_per_element=HOPPER_H100.fp8_cast_s_per_element * 132 / 78,
     source="H20 has no measured tables. Attention: FlashAttention-3 forward on an H20 (head dim 128, 2,048 tokens, "
     "batch 2) ran at 107.8 TFLOP/s causal = 0.73 of 148 and 126.2 non-causal = 0.85 (Dao-AILab/flash-attention "
     "issue #1310). GEMMs: the H20's tensor rate is capped far below what its 78 sm_90 SMs can issue, so GEMMs are "
     "taken to reach it as readily as the non-causal attention kernel does (0.85, every dtype); checked, not fitted, "
     "against DeepGEMM's FP8 grouped GEMM on an H20 at 16-160 rows an expert (deepseek-ai/DeepGEMM PRs 192 and 116, "
-    "issue 114): median |error| 4.9% over 11 shapes, 160 rows 22-23% fast (benchmarks/kernel_points.py). Memory, fixed "
-    "costs and links: the H100 figures (same sm_90 kernels), from "
+    "issue 114): median |error| 4.9% over 11 shapes, 160 rows 22-23% fast (benchmarks/kernel_points.py). FP8-to-bf16 "
+    "casts: the H100's rate scaled by SMs (132 / 78; H100 and H200 cast at one rate whatever their bandwidth). "
+    "Memory, fixed costs and links: the H100 figures (same sm_90 kernels), from "
     + HOPPER_H100.source,
 )
 

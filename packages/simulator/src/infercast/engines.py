@@ -207,6 +207,26 @@ VLLM_ALL_REDUCE_FUSION = AllReduceFusion(
 
 
 @dataclass(frozen=True)
+class MlaPoolCast:
+    """An MLA decode that reads an FP8 latent cache by casting the layer's whole KV pool (every
+    slot, live or not) to bf16 first, in every layer of every forward, CUDA graphs included."""
+
+    archs: frozenset[int]
+    """The CUDA architectures whose default MLA backend does it."""
+    source: str
+
+
+SGLANG_MLA_POOL_CAST = MlaPoolCast(
+    frozenset({90}),
+    "sglang's fa3 MLA backend, its default on Hopper, and flashinfer_mla read an FP8 cache through "
+    "get_key_buffer(layer_id).to(q.dtype), a copy of the layer's whole pool (sglang issue 35291: DeepSeek-R1 on "
+    "8 x H200 with a 131,072-token pool, one 225.79 us kernel 61 times a step, 13.77 ms of 31.52; the fixes, PRs "
+    "36087 and 35322, were open in September 2026); aiconfigurator's sglang 0.5.14 MLA decode tables on H100 and "
+    "H200 carry it over a pool of the batch's own tokens (FP8 minus bf16: 1.67 and 1.62 ns a pool token)",
+)
+
+
+@dataclass(frozen=True)
 class MoEAllToAll:
     """Where the engine moves tokens to their experts' ranks with an all-to-all backend (DeepEP)
     under expert parallelism. Elsewhere its standard dispatcher runs: every rank computes its
@@ -309,6 +329,8 @@ class Engine:
     recv_interval_flag: str | None = None
     """The server flag that makes the scheduler poll for requests only every N decode steps
     (None: the engine polls every step)."""
+    mla_pool_cast: MlaPoolCast | None = None
+    """Where the engine's MLA decode casts the whole FP8 KV pool to bf16 (None: it reads FP8)."""
 
     def host_step(self, version: str | None, mode: str = "auto", *, speculative: bool = False) -> HostCost:
         """The host time a step (a speculative cycle) waits for at engine ``version``:
@@ -458,6 +480,7 @@ register(Engine(
     moe_all_to_all=SGLANG_ALL_TO_ALL,
     # managers/scheduler_recv_skipper.py (0.5.9): polls after prompt steps, while idle, and every N decode steps
     recv_interval_flag="--scheduler-recv-interval",
+    mla_pool_cast=SGLANG_MLA_POOL_CAST,
 ))
 register(Engine(
     name="vllm", tables="vllm",

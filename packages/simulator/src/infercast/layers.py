@@ -51,6 +51,9 @@ class SimContext:
     all_reduce_fusion_tokens: int = 0
     """The most tokens per rank for which each decoder layer's all-reduce and the RMSNorm after it
     run as one kernel (0: never); set by :func:`infercast.pricing.all_reduce_fusion`."""
+    kv_pool_tokens: int = 0
+    """The KV pool's slots per rank where the engine's MLA decode casts the whole FP8 pool to bf16
+    every layer (0: it does not); set by :func:`infercast.pricing.mla_pool_cast`."""
     pointwise: PointwiseFusions | None = None
     """Pointwise kernels the serving engine folds into their neighbours (the engine's). Its FP8
     fusions apply to the ``fp8`` kernel family (no block scales: TensorRT-LLM's per-tensor FP8);

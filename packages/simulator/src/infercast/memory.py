@@ -38,3 +38,11 @@ def memory(built: BuiltModel, records: list[OpRecord], device: DeviceSpec, ctx: 
         "kv_cache_per_token_mib": kv_per_token / 2**20,
     }
     return memory, max_requests
+
+
+def kv_pool_tokens(built: BuiltModel, device: DeviceSpec) -> int:
+    """The KV pool's slots per rank when the engine gives the cache all the usable memory the
+    weights leave (sglang sizes ``max_total_tokens`` so); activations are left out."""
+    kv_per_token = sum(layer.self_attn.kv_bytes_per_token() for layer in built.sim.layers)
+    free = device.memory_bytes * MEMORY_FRACTION - built.sim.weight_bytes()
+    return max(0, math.floor(free / kv_per_token)) if kv_per_token else 0

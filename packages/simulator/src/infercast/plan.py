@@ -28,7 +28,15 @@ from infercast.engines import ENGINES, engine_named, reaches
 from infercast.layers import KV_DTYPES, SimContext
 from infercast.memory import MEMORY_FRACTION
 from infercast.parallel import Parallel, Workload, validate_layout
-from infercast.pricing import all_reduce_fusion, cost_model_for, phase_of, prefill_graph_tokens, spec_host_rows
+from infercast.pricing import (
+    all_reduce_fusion,
+    cost_model_for,
+    mla_pool_cast,
+    phase_of,
+    pool_cast_why,
+    prefill_graph_tokens,
+    spec_host_rows,
+)
 from infercast.request import UserInput
 from infercast.serving import MODES, ServingOptions, default_chunk
 from infercast.simulate import _resolve_quant, resolve_profile, routed_experts, speculative_request
@@ -302,6 +310,7 @@ class Planner:
                                                             mode=self.request.prefill_cuda_graph)
             ctx.all_reduce_fusion_tokens = all_reduce_fusion(self.costs, built, parallel,
                                                              mode=self.request.all_reduce_fusion)[0]
+            ctx.kv_pool_tokens = mla_pool_cast(self.costs, built, ctx)[0]
             self._built[key] = (built, ctx)
         return self._built[key]
 
@@ -455,6 +464,10 @@ class Planner:
                          f"(the options the model family's adapter offers; --no-speculative turns it off)")
         for label, spec in self.spec_requests.items():
             notes.append(f"acceptance of {label}: {spec.acceptance}")
+        cast_why = pool_cast_why(self.costs, KV_DTYPES[self.request.kv_cache_dtype],
+                                 bool(getattr(self.text, "kv_lora_rank", None)))
+        if cast_why:
+            notes.append(f"FP8 KV pool cast, priced at each layout's pool: {cast_why}")
         if mode == "static":
             notes.append(f"decode priced at context {self.request.input_length + self.request.output_length // 2} "
                          f"(input + half the output); memory holds input + output per request; TTFT is one "

@@ -7,6 +7,8 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import torch
+
     from infercast.simulate import SpecRequest
 
 from infercast_adapters import InfercastError
@@ -14,8 +16,8 @@ from infercast_adapters import InfercastError
 from infercast.build import BuiltModel
 from infercast.costmodel import SOURCES, CostModel, Phase
 from infercast.devices import GIB, DeviceSpec
-from infercast.layers import SimContext, SimMoE
-from infercast.memory import MEMORY_FRACTION, memory
+from infercast.layers import SimContext, SimMLAAttention, SimMoE
+from infercast.memory import MEMORY_FRACTION, kv_pool_tokens, memory
 from infercast.parallel import MixedWorkload, Workload
 from infercast.request import UserInput
 from infercast.results import OpRow, SimResult
@@ -48,14 +50,36 @@ def phase_of(model: CostModel, ctx: SimContext, decode: bool, *, speculative: bo
     within the captured size."""
     if decode:
         graph = ctx.requests <= model.engine.decode_graph_max_batch
-        return Phase(graph=graph, decode=True, scale_up_domain=ctx.parallel.scale_up_domain)
+        return Phase(graph=graph, decode=True, scale_up_domain=ctx.parallel.scale_up_domain,
+                     kv_pool_tokens=ctx.kv_pool_tokens)
     policy = model.engine.prefill_graphs
     blocked = policy is not None and ((speculative and "speculative" in policy.blocked_by)
                                       or (disaggregated and "disaggregated" in policy.blocked_by))
     workload = ctx.workload
     tokens = workload.chunks.tokens_per_rank(ctx.parallel) if isinstance(workload, MixedWorkload) else ctx.tokens
     piecewise = not blocked and 0 < tokens <= ctx.prefill_graph_tokens
-    return Phase(graph=piecewise, decode=False, scale_up_domain=ctx.parallel.scale_up_domain, piecewise=piecewise)
+    return Phase(graph=piecewise, decode=False, scale_up_domain=ctx.parallel.scale_up_domain, piecewise=piecewise,
+                 kv_pool_tokens=ctx.kv_pool_tokens)
+
+
+def pool_cast_why(model: CostModel, kv_cache_dtype: torch.dtype, mla: bool) -> str | None:
+    """Why each MLA decode attention first casts the whole FP8 KV pool to bf16, or None where
+    it reads the cache as it is: the engine's default MLA backend on the device does
+    (:attr:`~infercast.engines.Engine.mla_pool_cast`)."""
+    cast, device = model.engine.mla_pool_cast, model.device
+    if not mla or kv_cache_dtype.itemsize != 1 or cast is None or device.cuda_arch not in cast.archs:
+        return None
+    return (f"{model.engine.name}'s MLA decode on {device.name} casts each layer's whole FP8 KV pool (every slot, all "
+            f"the memory the weights leave) to bf16 before attending, in every forward; sglang's --attention-backend "
+            f"flashmla reads FP8 directly (not modelled). Source: {cast.source}")
+
+
+def mla_pool_cast(model: CostModel, built: BuiltModel, ctx: SimContext) -> tuple[int, str | None]:
+    """(the KV pool's slots per rank that each MLA decode attention casts to bf16 first, 0 for
+    none; why, as :func:`pool_cast_why`)."""
+    why = pool_cast_why(model, ctx.kv_cache_dtype,
+                        any(isinstance(layer.self_attn, SimMLAAttention) for layer in built.sim.layers))
+    return (kv_pool_tokens(built, model.device), why) if why else (0, None)
 
 
 def standard_dispatch_reason(model: CostModel, ctx: SimContext) -> str:

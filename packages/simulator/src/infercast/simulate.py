@@ -22,6 +22,7 @@ from infercast.parallel import Parallel, Workload, validate_layout, validate_wor
 from infercast.pricing import (
     all_reduce_fusion,
     cost_model_for,
+    mla_pool_cast,
     prefill_graph_blockers,
     prefill_graph_tokens,
     price,
@@ -93,6 +94,7 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     chunk = default_chunk(device.memory_bytes, model.engine.name, device.name)
     ctx.prefill_graph_tokens = prefill_graph_tokens(model, built, parallel, chunk, mode=user.prefill_cuda_graph)
     ctx.all_reduce_fusion_tokens, fusion_why = all_reduce_fusion(model, built, parallel, mode=user.all_reduce_fusion)
+    ctx.kv_pool_tokens, cast_why = mla_pool_cast(model, built, ctx)
     vision = None
     if user.image_batch_size:
         tower = built.sim.vision
@@ -128,6 +130,8 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
         elif ctx.tokens > ctx.prefill_graph_tokens:
             result.notes.append(f"prefill launched eagerly: {ctx.tokens} tokens per rank, above the "
                                 f"{ctx.prefill_graph_tokens} that piecewise CUDA graphs capture")
+    if ctx.kv_pool_tokens:
+        result.notes.append(f"FP8 KV pool cast ({ctx.kv_pool_tokens:,} slots a rank): {cast_why}")
     if 0 < ctx.tokens <= ctx.all_reduce_fusion_tokens:
         result.notes.append(f"all-reduce fusion: {fusion_why}; each decoder layer's all-reduce carries the residual "
                             "add and RMSNorm after it (the last layer's all-reduce apart), priced as the all-reduce")

@@ -48,12 +48,21 @@ class StepTime:
 
 
 def price_records(records: list[OpRecord], model: CostModel, phase: Phase) -> Priced_:
-    return [(r, model.price(r, phase)) for r in records]
+    """Each record priced; where ``phase.kv_pool_tokens`` says the engine casts the FP8 KV pool,
+    each MLA decode attention is preceded by that cast, its own kernel."""
+    priced = []
+    for r in records:
+        if phase.kv_pool_tokens and r.name == "infercast::mla_attention":
+            cast = OpRecord("infercast::kv_pool_cast", (), (), r.path, r.layer, r.count, r.layers,
+                            {"pool_tokens": phase.kv_pool_tokens, "width": r["latent_cache"].shape[-1]})
+            priced.append((cast, model.price(cast, phase)))
+        priced.append((r, model.price(r, phase)))
+    return priced
 
 
 def forward_seconds(records: list[OpRecord], model: CostModel, phase: Phase) -> float:
     """The kernels of one forward, back to back (no host time)."""
-    return sum(model.price(r, phase).seconds * r.count for r in records)
+    return sum(p.seconds * r.count for r, p in price_records(records, model, phase))
 
 
 def streams(priced: Priced_) -> tuple[float, float]:

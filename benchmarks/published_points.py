@@ -14,7 +14,7 @@ import json
 import statistics
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -186,8 +186,6 @@ def mean_ttft(user: UserInput, prompts: Sequence[int], *, warm_first: bool) -> t
     first prompt and the prefix cache is flushed only with ``--flush-cache``, so the first timed
     request finds its prompt cached and computes only its last token (sglang always computes at
     least one; a paged cache recomputes up to a page, left out here)."""
-    from dataclasses import replace
-
     cache: dict[tuple[int, int], SimResult] = {}
 
     def prefill(query: int, cached: int) -> SimResult:

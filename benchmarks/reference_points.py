@@ -80,7 +80,8 @@ POINTS = [
           UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=8, num_queries=1,
                     all_reduce_fusion=M1_FUSION),
           lambda r: r.ttft_ms, "prefill", 0.15,
-          f"concurrency 1; mean over the run's 10 prompts (38-961 tokens, mean {M1_INPUT}), the first cached",
+          f"concurrency 1; mean over the run's 10 prompts ({min(M1_PROMPTS)}-{max(M1_PROMPTS)} tokens, mean "
+          f"{M1_INPUT}), the first cached",
           prompts=M1_PROMPTS),
     Point("M1", "TPOT", 9.22, "ms",
           UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=8, num_queries=1,
@@ -113,7 +114,8 @@ M1_LONG = [
           UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=8, num_queries=1,
                     all_reduce_fusion=M1_FUSION),
           lambda r: r.ttft_ms, "prefill", 0.15,
-          f"mean over the run's 10 prompts (236-7,936 tokens, mean {round(41941 / 10):,}), the first cached",
+          f"mean over the run's 10 prompts ({min(M1_PROMPTS_8K):,}-{max(M1_PROMPTS_8K):,} tokens, mean "
+          f"{round(41941 / 10):,}), the first cached",
           prompts=M1_PROMPTS_8K),
     Point("M1-8K/1K", "TPOT", 24.95, "ms",
           UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=8, num_queries=1,

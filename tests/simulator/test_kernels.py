@@ -470,6 +470,9 @@ def test_sglang_on_hopper_casts_the_whole_fp8_mla_pool_in_every_layer() -> None:
     # after the cast the attention reads bf16: the bf16 table rows, not the FP8 rows (which hold a cast of their own)
     assert rows(fp8, "mla_attention")[0].total_ms == pytest.approx(rows(bf16, "mla_attention")[0].total_ms)
     assert any("FP8 KV pool cast" in note for note in fp8.notes)
+    # four layers stand for the model's 61: the pool is what the whole model's weights leave
+    short = run(kv_cache_dtype="fp8", num_hidden_layers_override=4)
+    assert f"{pool:,} slots" in rows(short, "kv_pool_cast")[0].origin
     # Blackwell's trtllm_mla and vLLM read FP8 as it is
     for other in (run(kv_cache_dtype="fp8", device="B200"), run(kv_cache_dtype="fp8", engine="vllm")):
         assert not rows(other, "kv_pool_cast") and not any("pool cast" in note for note in other.notes)

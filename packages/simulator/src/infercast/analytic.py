@@ -15,6 +15,8 @@ A kernel's time is
   split a partial last wave over all SMs (CUTLASS stream-K, cuBLAS split-K), so only a GEMM
   with fewer MAC-loop iterations than SMs can keep busy (too few tiles x k / 128 steps) loses
   SMs; the measured efficiency, a median over large shapes, already carries the rest;
+- an FP8-to-bf16 copy (``cast``, an engine's whole-pool cast of an FP8 cache) runs at the
+  device's measured cast rate per element, which is not HBM-bound on Hopper;
 - ``kernel_fixed`` is the per-kernel launch ramp and tail measured for the device; an attention
   kernel's is its own, larger figure (``attention_fixed``: split-KV passes, their merge, the
   softmax pipeline's ramp), what the device's small measured decode attentions take beyond their
@@ -38,7 +40,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from infercast.cost import COMPUTE_DTYPE, OpCost
+from infercast.cost import CAST_BYTES_PER_ELEMENT, COMPUTE_DTYPE, OpCost
 from infercast.devices import DeviceSpec, KernelStream
 
 ATTENTION_KINDS = ("attention", "mla_attention")
@@ -116,7 +118,7 @@ def kernel_time(cost: OpCost, device: DeviceSpec, kernel: str | None = None) -> 
     if stream is not None and cost.grouped and stream.grouped_sm_bytes_per_s:
         memory, fixed = cost.bytes / stream.grouped_rate(device), stream.grouped_fixed_s
     elif cost.kind == "cast" and device.efficiency.fp8_cast_s_per_element:
-        memory = cost.bytes / 3 * device.efficiency.fp8_cast_s_per_element  # a byte read, two written an element
+        memory = cost.bytes / CAST_BYTES_PER_ELEMENT * device.efficiency.fp8_cast_s_per_element
         fixed = device.efficiency.kernel_fixed_s
     else:
         memory = cost.bytes / (device.hbm_bandwidth_bytes_per_s * (stream.memory if stream else device.efficiency.memory))

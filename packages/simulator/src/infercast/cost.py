@@ -199,10 +199,14 @@ def _embedding(record: OpRecord) -> OpCost:
     return OpCost(bytes=record["ids"].nbytes + 2.0 * out.nbytes)
 
 
+CAST_BYTES_PER_ELEMENT = 3
+"""An FP8-to-bf16 copy reads a byte and writes two for each element."""
+
+
 @register_cost("infercast::kv_pool_cast")
 def _kv_pool_cast(record: OpRecord) -> OpCost:
-    """An FP8 KV pool cast to bf16 whole: a byte read and two written for each of its elements."""
-    return OpCost(bytes=3.0 * record["pool_tokens"] * record["width"], kind="cast")
+    """An FP8 KV pool cast to bf16 whole."""
+    return OpCost(bytes=float(CAST_BYTES_PER_ELEMENT * record["pool_tokens"] * record["width"]), kind="cast")
 
 
 @register_cost("infercast::kv_cache_write")

@@ -71,8 +71,8 @@ class Phase:
     piecewise: bool = False
     """Under piecewise graphs: attention still launches eagerly between the captured pieces."""
     kv_pool_tokens: int = 0
-    """Slots of the FP8 KV pool each MLA decode attention casts to bf16 first (0: none; then
-    the attention reads bf16)."""
+    """Slots of the FP8 KV pool each MLA decode attention casts to bf16 first, after which it
+    reads bf16 (0: no cast; the attention reads the cache in its own dtype)."""
 
 
 DENSE_GEMMS = ("infercast::gemm", "infercast::quant_gemm")

@@ -40,9 +40,17 @@ def memory(built: BuiltModel, records: list[OpRecord], device: DeviceSpec, ctx: 
     return memory, max_requests
 
 
-def kv_pool_tokens(built: BuiltModel, device: DeviceSpec) -> int:
+def kv_pool_tokens(built: BuiltModel, device: DeviceSpec, *, layers: int | None = None) -> int:
     """The KV pool's slots per rank when the engine gives the cache all the usable memory the
-    weights leave (sglang sizes ``max_total_tokens`` so); activations are left out."""
-    kv_per_token = sum(layer.self_attn.kv_bytes_per_token() for layer in built.sim.layers)
-    free = device.memory_bytes * MEMORY_FRACTION - built.sim.weight_bytes()
-    return max(0, math.floor(free / kv_per_token)) if kv_per_token else 0
+    target's weights leave (sglang sizes ``max_total_tokens`` so; activations and a speculative
+    draft's 1-2 GiB are left out), at least one. ``layers``: the model's real depth where fewer
+    decoder layers were built (``--num-hidden-layers-override``, which keeps the first ones):
+    each one left out weighs and caches as the last one built."""
+    built_layers = built.sim.layers
+    missing = max(0, (layers or len(built_layers)) - len(built_layers))
+    last = built_layers[-1]  # the layers left out are the last ones, built like it
+    weights = built.sim.weight_bytes() + missing * last.weight_bytes()
+    kv_per_token = sum(layer.self_attn.kv_bytes_per_token() for layer in built_layers) + (
+        missing * last.self_attn.kv_bytes_per_token())
+    free = device.memory_bytes * MEMORY_FRACTION - weights
+    return max(1, math.floor(free / kv_per_token)) if kv_per_token else 1

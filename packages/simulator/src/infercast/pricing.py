@@ -74,12 +74,14 @@ def pool_cast_why(model: CostModel, kv_cache_dtype: torch.dtype, mla: bool) -> s
             f"flashmla reads FP8 directly (not modelled). Source: {cast.source}")
 
 
-def mla_pool_cast(model: CostModel, built: BuiltModel, ctx: SimContext) -> tuple[int, str | None]:
+def mla_pool_cast(model: CostModel, built: BuiltModel, ctx: SimContext, *,
+                  layers: int | None = None) -> tuple[int, str | None]:
     """(the KV pool's slots per rank that each MLA decode attention casts to bf16 first, 0 for
-    none; why, as :func:`pool_cast_why`)."""
+    none; why, as :func:`pool_cast_why`); ``layers``: the model's real depth
+    (:func:`~infercast.memory.kv_pool_tokens`)."""
     why = pool_cast_why(model, ctx.kv_cache_dtype,
                         any(isinstance(layer.self_attn, SimMLAAttention) for layer in built.sim.layers))
-    return (kv_pool_tokens(built, model.device), why) if why else (0, None)
+    return (kv_pool_tokens(built, model.device, layers=layers), why) if why else (0, None)
 
 
 def standard_dispatch_reason(model: CostModel, ctx: SimContext) -> str:

@@ -94,7 +94,12 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     chunk = default_chunk(device.memory_bytes, model.engine.name, device.name)
     ctx.prefill_graph_tokens = prefill_graph_tokens(model, built, parallel, chunk, mode=user.prefill_cuda_graph)
     ctx.all_reduce_fusion_tokens, fusion_why = all_reduce_fusion(model, built, parallel, mode=user.all_reduce_fusion)
-    ctx.kv_pool_tokens, cast_why = mla_pool_cast(model, built, ctx)
+    full_depth = None
+    if user.num_hidden_layers_override is not None:  # the pool is what the whole model leaves
+        full_depth = getattr(text_config_of(load_config(model_ref, manager=manager,
+                                                        known_models=known_model_refs(manager))),
+                             "num_hidden_layers", None)
+    ctx.kv_pool_tokens, cast_why = mla_pool_cast(model, built, ctx, layers=full_depth)
     vision = None
     if user.image_batch_size:
         tower = built.sim.vision
@@ -131,7 +136,8 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
             result.notes.append(f"prefill launched eagerly: {ctx.tokens} tokens per rank, above the "
                                 f"{ctx.prefill_graph_tokens} that piecewise CUDA graphs capture")
     if ctx.kv_pool_tokens:
-        result.notes.append(f"FP8 KV pool cast ({ctx.kv_pool_tokens:,} slots a rank): {cast_why}")
+        slots = f"{ctx.kv_pool_tokens:,} slots a rank" if ctx.kv_pool_tokens > 1 else "no memory left for it"
+        result.notes.append(f"FP8 KV pool cast ({slots}): {cast_why}")
     if 0 < ctx.tokens <= ctx.all_reduce_fusion_tokens:
         result.notes.append(f"all-reduce fusion: {fusion_why}; each decoder layer's all-reduce carries the residual "
                             "add and RMSNorm after it (the last layer's all-reduce apart), priced as the all-reduce")

@@ -219,8 +219,10 @@ def draft_for(draft_config: Any, built: Any, ctx: SimContext, manager: Any) -> t
 
     if draft_config is None:
         return mtp_draft(built.sim.layers[-1], built.text_config, ctx), ctx
+    # the draft's pool has the target's slots (sglang sizes both from the target's max_total_tokens)
     draft_ctx = SimContext(parallel=ctx.parallel, workload=ctx.workload, quant=plan_from_checkpoint(
-        getattr(draft_config, "quantization_config", None)), kv_cache_dtype=ctx.kv_cache_dtype, pointwise=ctx.pointwise)
+        getattr(draft_config, "quantization_config", None)), kv_cache_dtype=ctx.kv_cache_dtype, pointwise=ctx.pointwise,
+        kv_pool_tokens=ctx.kv_pool_tokens)
     return eagle3_draft(draft_config, built.profile.model_type, draft_ctx, manager), draft_ctx
 
 

@@ -164,14 +164,14 @@ AIC = "aiconfigurator-core 0.12.0 tables ({system}, sglang {version}), derived b
 HOPPER_H100 = Efficiency(
     gemm={"bf16": 0.724, "fp8": 0.514, "fp8_block": 0.619, "int8": 0.514}, attention=0.575, memory=0.858,
     kernel_fixed_s=3.01e-6, attention_fixed_s=9.98e-6, mla_attention_fixed_s=15.88e-6, link=1.04, scale_out=0.8,
-    collective_floor_s=4.82e-6, streams={"marlin": MARLIN_SM90}, fp8_cast_s_per_element=1.6747e-9 / 576,
+    collective_floor_s=4.82e-6, streams={"marlin": MARLIN_SM90}, fp8_cast_s_per_element=2.907e-12,
     source=AIC.format(system="h100_sxm", version="0.5.14") + "; int8 assumed at the fp8 rate (same tensor-core "
     "peak on sm_90, no int8 table); link above 1: NVLink SHARP reduces in the switch",
 )
 HOPPER_H200 = Efficiency(
     gemm={"bf16": 0.693, "fp8": 0.560, "fp8_block": 0.606, "int8": 0.560}, attention=0.559, memory=0.845,
     kernel_fixed_s=3.02e-6, attention_fixed_s=10.35e-6, mla_attention_fixed_s=16.20e-6, link=1.038, scale_out=0.8,
-    collective_floor_s=3.47e-6, streams={"marlin": MARLIN_SM90}, fp8_cast_s_per_element=1.6183e-9 / 576,
+    collective_floor_s=3.47e-6, streams={"marlin": MARLIN_SM90}, fp8_cast_s_per_element=2.809e-12,
     source=AIC.format(system="h200_sxm", version="0.5.14") + "; int8 assumed at the fp8 rate (same tensor-core "
     "peak on sm_90, no int8 table); link above 1: NVLink SHARP reduces in the switch",
 )

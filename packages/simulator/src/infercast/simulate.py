@@ -14,7 +14,7 @@ from typing import Any
 
 from infercast_adapters import InfercastError
 from infercast_adapters.arch import text_config_of
-from infercast_adapters.config import load_config
+from infercast_adapters.config import apply_num_hidden_layers_override, load_config
 
 from infercast.build import build
 from infercast.layers import KV_DTYPES, SimContext
@@ -56,8 +56,10 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     devices = devices or get_devices()
     device = devices.get(user.device)
     model_ref = user.model or default_model(manager)
-    config = load_config(model_ref, manager=manager, num_hidden_layers_override=user.num_hidden_layers_override,
-                         known_models=known_model_refs(manager))
+    config = load_config(model_ref, manager=manager, known_models=known_model_refs(manager))
+    depth = getattr(text_config_of(config), "num_hidden_layers", None)  # before any override: what memory holds
+    if user.num_hidden_layers_override is not None:
+        apply_num_hidden_layers_override(config, user.num_hidden_layers_override)
     manager.patch_config(config)
     profile = resolve_profile(model_ref, config, manager)
     text = text_config_of(config)
@@ -94,12 +96,7 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     chunk = default_chunk(device.memory_bytes, model.engine.name, device.name)
     ctx.prefill_graph_tokens = prefill_graph_tokens(model, built, parallel, chunk, mode=user.prefill_cuda_graph)
     ctx.all_reduce_fusion_tokens, fusion_why = all_reduce_fusion(model, built, parallel, mode=user.all_reduce_fusion)
-    full_depth = None
-    if user.num_hidden_layers_override is not None:  # the pool is what the whole model leaves
-        full_depth = getattr(text_config_of(load_config(model_ref, manager=manager,
-                                                        known_models=known_model_refs(manager))),
-                             "num_hidden_layers", None)
-    ctx.kv_pool_tokens, cast_why = mla_pool_cast(model, built, ctx, layers=full_depth)
+    ctx.kv_pool_tokens, cast_why = mla_pool_cast(model, built, ctx, layers=depth)
     vision = None
     if user.image_batch_size:
         tower = built.sim.vision

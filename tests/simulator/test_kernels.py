@@ -473,6 +473,15 @@ def test_sglang_on_hopper_casts_the_whole_fp8_mla_pool_in_every_layer() -> None:
     # four layers stand for the model's 61: the pool is what the whole model's weights leave
     short = run(kv_cache_dtype="fp8", num_hidden_layers_override=4)
     assert f"{pool:,} slots" in rows(short, "kv_pool_cast")[0].origin
+    # the issue's own server: a pool capped at 131,072 slots casts at its measured 225.79 us a layer
+    capped = run(kv_cache_dtype="fp8", max_total_tokens=131072)
+    (row,) = rows(capped, "kv_pool_cast")
+    assert "131,072 slots" in row.origin and row.total_ms / 61 == pytest.approx(0.22579, rel=0.06)
+    assert any("131,072 slots a rank, --max-total-tokens" in note for note in capped.notes)
+    # a smaller share of the device leaves a smaller pool to cast
+    tight = run(kv_cache_dtype="fp8", mem_fraction_static=0.8)
+    smaller = math.floor((0.8 * DEVICES["H200"].memory_bytes - memory["weights"] * 2**30) / (61 * 576))
+    assert f"{smaller:,} slots" in rows(tight, "kv_pool_cast")[0].origin
     # Blackwell's trtllm_mla and vLLM read FP8 as it is
     for other in (run(kv_cache_dtype="fp8", device="B200"), run(kv_cache_dtype="fp8", engine="vllm")):
         assert not rows(other, "kv_pool_cast") and not any("pool cast" in note for note in other.notes)

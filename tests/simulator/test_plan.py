@@ -24,6 +24,7 @@ from infercast.plan import (
     vllm_command,
 )
 from infercast.simulate import UserInput
+from infercast_adapters import InfercastError
 
 # From sglang's documented server arguments (docs/advanced_features/server_arguments.md).
 SGLANG_SERVER_ARGS = {
@@ -33,7 +34,7 @@ SGLANG_SERVER_ARGS = {
     "--speculative-algorithm", "--speculative-draft-model-path", "--speculative-num-steps",
     "--speculative-eagle-topk", "--speculative-num-draft-tokens", "--enable-two-batch-overlap", "--moe-a2a-backend",
     "--ep-num-redundant-experts", "--chunked-prefill-size", "--cuda-graph-max-bs", "--enable-mixed-chunk",
-    "--deepep-mode", "--disable-overlap-schedule", "--scheduler-recv-interval",
+    "--deepep-mode", "--disable-overlap-schedule", "--scheduler-recv-interval", "--max-total-tokens",
 }
 # From vLLM's documented `vllm serve` arguments.
 VLLM_SERVE_ARGS = {
@@ -394,6 +395,34 @@ def test_when_nothing_fits_the_closest_are_shown_with_the_reason(capsys) -> None
     assert plan["closest"] and plan["closest"][0]["batch"] == 1  # the smallest memory first
     (note,) = [n for n in plan["notes"] if n.startswith("nothing fits")]
     assert f"needs {plan['closest'][0]['memory_gib']:.1f} GiB per device" in note and "GiB is usable" in note
+
+
+def test_memory_limits_decide_what_fits_and_reach_the_launch_commands(capsys) -> None:
+    request = PlanRequest(model="deepseek-ai/DeepSeek-V3", batches=(32, 64, 128), speculative=(), mode="static")
+    capped = Planner(replace(request, max_total_tokens=131072)).run().configs
+    # each request holds 1,024 + 1,024 slots on every rank of its TP group: 64 fill 131,072, and
+    # 128 fit only where DP attention spreads them over 8 ranks
+    assert {(c.layout, c.batch) for c in capped if not c.fits} == {(c.layout, 128) for c in capped if c.layout.dp == 1}
+    assert all(c.fits for c in Planner(request).run().configs)
+    tight = Planner(replace(request, mem_fraction_static=0.5)).run().configs  # 70.2 GiB: the 79 GiB of weights do not fit
+    assert not any(c.fits for c in tight)
+    assert [c.memory_gib for c in tight] == [c.memory_gib for c in capped]
+
+    argv = ["plan", "deepseek-ai/DeepSeek-V3", "--batch-sizes", "64", "--no-speculative", "--json"]
+    assert main(argv + ["--max-total-tokens", "131072", "--mem-fraction-static", "0.85"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["memory"]["fraction"] == 0.85 and plan["memory"]["max_total_tokens"] == 131072
+    assert plan["memory"]["usable_gib_per_device"] == pytest.approx(0.85 * 143771 / 1024)
+    sglang = shlex.split(plan["launch"]["sglang"])
+    assert sglang[sglang.index("--mem-fraction-static") + 1] == "0.85"
+    assert sglang[sglang.index("--max-total-tokens") + 1] == "131072"
+    vllm = shlex.split(plan["launch"]["vllm"])
+    assert vllm[vllm.index("--gpu-memory-utilization") + 1] == "0.85"
+    assert any("--max-total-tokens" in note for note in plan["launch_notes"])
+    assert main(argv + ["--mem-fraction-static", "1.5"]) == 2
+    assert "--mem-fraction-static must be between 0.05 and 1, got 1.5" in capsys.readouterr().err
+    with pytest.raises(InfercastError, match="--max-total-tokens must be between 1"):
+        Planner(replace(request, max_total_tokens=0))
 
 
 def test_the_plot_legend_names_speculation_only_when_swept(tmp_path) -> None:

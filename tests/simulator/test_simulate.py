@@ -246,6 +246,40 @@ def test_capacity_is_what_the_driver_reports_so_a_run_that_fit_fits() -> None:
     assert result.feasible
 
 
+def test_mem_fraction_static_sets_the_usable_share_and_the_fit() -> None:
+    # Llama-3.1-70B in bf16 on 4 x H100 (TP4): 35.2 GiB of weights a GPU, which fit in 90% of
+    # 81,559 MiB (71.7 GiB) and not in 40% (31.9 GiB)
+    default, tight = (sim(model="meta-llama/Llama-3.1-70B-Instruct", device="H100", num_devices=4, decode=True,
+                          mem_fraction_static=f) for f in (None, 0.4))
+    for result, fraction in ((default, 0.9), (tight, 0.4)):
+        assert result.memory_gib["capacity"] == pytest.approx(fraction * 81559 / 1024)
+        assert result.memory_gib["fraction"] == fraction
+    assert default.feasible and not tight.feasible
+    assert default.memory_gib["weights"] == tight.memory_gib["weights"]
+    (note,) = [n for n in tight.notes if n.startswith("does not fit")]
+    assert "40% of 79.6 GiB" in note
+    # the requests that fit shrink with the memory the weights leave
+    per_request = default.memory_gib["kv_cache"] * 2**30  # one request at the default 2,048 cached + 1
+    free = (default.memory_gib["capacity"] - default.memory_gib["weights"]) * 2**30
+    assert default.max_num_queries == int(free // (per_request + default.memory_gib["activations"] * 2**30))
+
+
+def test_max_total_tokens_caps_the_kv_pool_and_the_requests_that_fit() -> None:
+    def run(queries: int, cap: int | None):
+        return sim(model="deepseek-v3", decode=True, num_queries=queries, context_length=4095, max_total_tokens=cap)
+
+    free, capped, over = run(32, None), run(32, 131_072), run(33, 131_072)
+    # MLA keeps every request's latent cache on every TP rank: 32 requests of 4,096 slots fill 131,072
+    assert capped.memory_gib["kv_slots_needed"] == 32 * 4096 == capped.memory_gib["kv_slots"]
+    assert free.memory_gib["kv_slots"] > 5 * 131_072 and free.max_num_queries > 150
+    assert capped.feasible and capped.max_num_queries == 32
+    assert not over.feasible and over.memory_gib["kv_cache"] * 2**30 < over.memory_gib["capacity"] * 2**30
+    (note,) = [n for n in over.notes if n.startswith("does not fit")]
+    assert "needs 135,168 KV cache slots a rank, the pool holds 131,072" in note
+    # the cap changes what fits, not what a step costs
+    assert capped.step_latency_ms == free.step_latency_ms
+
+
 def test_quantization_defaults_follow_the_checkpoint(kimi_default) -> None:
     assert "W4A16" in kimi_default.quantization and "BF16" in kimi_default.quantization
     assert "fp8" in sim(model="deepseek-v3", num_hidden_layers_override=4).quantization

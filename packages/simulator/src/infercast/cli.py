@@ -173,6 +173,7 @@ SPEC_FIELDS = ("speculative_algorithm", "speculative_draft_model", "speculative_
                "acceptance_preset", "accept_length_from")
 COST_FIELDS = ("engine", "engine_version", "calibration", "cost_model", "expert_imbalance", "prefill_cuda_graph",
                "all_reduce_fusion", "overlap_scheduling")
+MEMORY_FIELDS = ("mem_fraction_static", "max_total_tokens")
 
 
 def add_request_arguments(p: argparse.ArgumentParser, *, only: Sequence[str] | None = None,
@@ -278,7 +279,7 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
             raise InfercastError(f"{given[0]} spreads the aggregated grid over processes; --mode disagg has none (its "
                                  "prefill and decode pools are priced in this process): drop it, or use --mode both")
     executor = executor_from_flags(args.executor, args.workers, args.ray_address)
-    check(UserInput(**request_fields(args, COST_FIELDS)))
+    check(UserInput(**request_fields(args, COST_FIELDS + MEMORY_FIELDS)))
     from infercast.plan import (
         Planner,
         PlanRequest,
@@ -321,7 +322,7 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
         input_length=args.input_length, output_length=args.output_length, ttft_slo_ms=args.ttft_slo_ms,
         tpot_slo_ms=args.tpot_slo_ms, quantizations=quants, batches=parse_int_list(args.batch_sizes, "--batch-sizes"),
         kv_cache_dtype=args.kv_cache_dtype, speculative=speculative, spec_grid=grid,
-        **request_fields(args, COST_FIELDS),
+        **request_fields(args, COST_FIELDS + MEMORY_FIELDS),
     )
     planner = Planner(request)
     # refreshed by hand: a refresh thread would keep the local pool from forking its workers
@@ -362,6 +363,8 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
             "model": request.model, "device": request.device, "num_devices": list(request.num_devices),
             "input_length": request.input_length, "output_length": request.output_length,
             "ttft_slo_ms": request.ttft_slo_ms, "tpot_slo_ms": request.tpot_slo_ms,
+            "memory": {"fraction": planner.memory.fraction, "max_total_tokens": planner.memory.max_total_tokens,
+                       "usable_gib_per_device": planner.memory.usable_bytes(planner.device) / 2**30},
             "configurations_evaluated": result.evaluated, "sweep_s": result.sweep_s, "distinct_forwards_traced": result.traces,
             "fits": sum(c.fits for c in result.configs), "meets_slo": sum(c.fits and c.meets_slo for c in result.configs),
             "frontier": [c.to_dict() for c in result.frontier], "best": result.best.to_dict() if result.best else None,
@@ -668,7 +671,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "launch command")
     add_plan_arguments(p)
     add_serving_arguments(p)
-    add_request_arguments(p, only=[f for f in SPEC_FIELDS if f not in GRID_FIELDS] + list(COST_FIELDS))
+    add_request_arguments(p, only=[f for f in SPEC_FIELDS if f not in GRID_FIELDS] + list(COST_FIELDS + MEMORY_FIELDS))
     p.set_defaults(handler=_cmd_plan)
     return parser
 

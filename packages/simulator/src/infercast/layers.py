@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
@@ -20,6 +20,7 @@ from torch import nn
 
 from infercast import ops  # noqa: F401  (registers torch.ops.infercast)
 from infercast import routing
+from infercast.memory import MemoryLimits
 from infercast.parallel import Parallel, Workload
 from infercast.quant import BF16, QuantPlan, QuantScheme
 
@@ -51,6 +52,9 @@ class SimContext:
     all_reduce_fusion_tokens: int = 0
     """The most tokens per rank for which each decoder layer's all-reduce and the RMSNorm after it
     run as one kernel (0: never); set by :func:`infercast.pricing.all_reduce_fusion`."""
+    memory: MemoryLimits = field(default_factory=MemoryLimits)
+    """The share of each device the engine may take and the KV pool's cap (the request's
+    ``--mem-fraction-static`` and ``--max-total-tokens``)."""
     kv_pool_tokens: int = 0
     """The KV pool's slots per rank where the engine's MLA decode casts the whole FP8 pool to bf16
     every layer (0: it does not); set by :func:`infercast.pricing.mla_pool_cast`."""

@@ -26,7 +26,7 @@ from infercast.build import BuiltModel, build
 from infercast.devices import GIB, DeviceSpec
 from infercast.engines import ENGINES, engine_named, reaches
 from infercast.layers import KV_DTYPES, SimContext
-from infercast.memory import MEMORY_FRACTION
+from infercast.memory import MemoryLimits
 from infercast.parallel import Parallel, Workload, validate_layout
 from infercast.pricing import (
     all_reduce_fusion,
@@ -37,7 +37,7 @@ from infercast.pricing import (
     prefill_graph_tokens,
     spec_host_rows,
 )
-from infercast.request import UserInput
+from infercast.request import UserInput, check_flag
 from infercast.serving import MODES, ServingOptions, default_chunk
 from infercast.simulate import _resolve_quant, resolve_profile, routed_experts, speculative_request
 from infercast.step import price_records, step_time
@@ -140,6 +140,10 @@ class PlanRequest:
     """``agg`` (continuous batching with chunked prefill), ``disagg`` (prefill and decode pools)
     or ``both``; ``static``: one request's prefill alone and the decode step at each batch."""
     serving: ServingOptions = field(default_factory=ServingOptions)
+    mem_fraction_static: float | None = None
+    """Share of each device's memory for weights, KV cache and activations (None: 0.9)."""
+    max_total_tokens: int | None = None
+    """KV cache slots per rank at most (None: every slot the memory left after the weights holds)."""
 
 
 @dataclass
@@ -235,6 +239,9 @@ class Planner:
                 raise InfercastError(f"{name} must be a positive number of milliseconds, got {value!r}")
         if request.mode not in (*MODES, "static"):
             raise InfercastError(f"unknown --mode {request.mode!r}; valid: {', '.join(MODES)}")
+        for name in ("mem_fraction_static", "max_total_tokens"):
+            check_flag(name, getattr(request, name))
+        self.memory = MemoryLimits.asked(request.mem_fraction_static, request.max_total_tokens)
         self._built: dict[tuple, tuple[BuiltModel, SimContext]] = {}
         self._drafts: dict[tuple, Any] = {}
         self._seconds: dict[tuple, float] = {}
@@ -300,7 +307,8 @@ class Planner:
             plan = _resolve_quant(self.config, self.text, quant, self.profile)
             ctx = SimContext(parallel=parallel, workload=Workload(1, 1, 0, True), quant=plan,
                              kv_cache_dtype=KV_DTYPES[self.request.kv_cache_dtype],
-                             expert_imbalance=self.request.expert_imbalance, pointwise=self.costs.engine.pointwise,
+                             expert_imbalance=self.request.expert_imbalance, memory=self.memory,
+                             pointwise=self.costs.engine.pointwise,
                              moe_all_to_all=self.costs.engine.moe_all_to_all.runs(
                                  plan.routed_experts.kernel_dtype, layout.dp, self.device.cuda_arch))
             built = build(self.config, self.profile, ctx, self.manager)
@@ -399,9 +407,11 @@ class Planner:
             draft, _ = self._draft(layout, quant, spec.option)
             weights += weight_bytes(draft)
             kv_per_token += draft.kv_bytes_per_token()
-        memory = weights + kv_per_token * requests * (r.input_length + r.output_length)
+        slots = requests * (r.input_length + r.output_length)
+        memory = weights + kv_per_token * slots
         config.memory_gib = memory / GIB
-        config.fits = memory <= self.device.memory_bytes * MEMORY_FRACTION
+        config.fits = memory <= self.memory.usable_bytes(self.device) and (
+            self.memory.max_total_tokens is None or slots <= self.memory.max_total_tokens)
         config.accept_length = tau
         config.tpot_ms = cycle / tau * 1e3
         config.tokens_per_s_per_user = 1e3 / config.tpot_ms
@@ -454,11 +464,11 @@ class Planner:
             closest = sorted(fitting, key=lambda c: c.violation)[:5]
             if not fitting and configs:
                 closest = sorted(configs, key=lambda c: c.memory_gib)[:5]
-                usable_gib = self.device.memory_bytes * MEMORY_FRACTION / GIB
+                usable_gib = self.memory.usable_bytes(self.device) / GIB
                 notes.append(f"nothing fits: the smallest configuration needs {closest[0].memory_gib:.1f} GiB per "
-                             f"device, {usable_gib:.1f} GiB is usable ({MEMORY_FRACTION:.0%} of {self.device.name}'s "
-                             f"memory); try more devices, a smaller --quantization, a shorter input/output or "
-                             f"smaller --batch-sizes")
+                             f"device, {usable_gib:.1f} GiB is usable ({self.memory.describe(self.device)} of "
+                             f"{self.device.name}'s memory); try more devices, a smaller --quantization, a shorter "
+                             f"input/output or smaller --batch-sizes")
         if self.request.speculative is None:
             notes.append(f"speculative decoding swept by default: {', '.join(self.spec_requests) or 'none offered'} "
                          f"(the options the model family's adapter offers; --no-speculative turns it off)")
@@ -586,6 +596,10 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
     if request.kv_cache_dtype not in ("bf16", "auto"):
         cmd += ["--kv-cache-dtype", "fp8_e4m3" if request.kv_cache_dtype == "fp8" else request.kv_cache_dtype]
     cmd += ["--max-running-requests", str(config.batch)]
+    if request.mem_fraction_static is not None:
+        cmd += ["--mem-fraction-static", f"{request.mem_fraction_static:g}"]
+    if request.max_total_tokens is not None:
+        cmd += ["--max-total-tokens", str(request.max_total_tokens)]
     cmd += sglang_prefill_graph_flags(request.prefill_cuda_graph,
                                       request.engine_version if request.engine == "sglang" else None)
     cmd += sglang_fusion_flags(request.all_reduce_fusion, request.engine_version if request.engine == "sglang" else None)
@@ -678,6 +692,14 @@ def launch_notes(request: PlanRequest, config: Config, spec: Any = None, *, expe
         every = [name for name in ("vllm", "trtllm") if engine_named(name).recv_interval_flag is None]
         notes.append(f"{', '.join(every)}: no equivalent of sglang's --scheduler-recv-interval {asked} (they poll "
                      "for requests every step); the plan's TTFT is sglang's")
+    if request.max_total_tokens is not None:
+        notes.append(f"vllm, trtllm: no flag caps the KV cache at {request.max_total_tokens:,} slots a rank as "
+                     "sglang's --max-total-tokens does (vLLM sizes it in blocks, --num-gpu-blocks-override; "
+                     "TensorRT-LLM in its options file, kv_cache_config.max_tokens)")
+    if request.mem_fraction_static is not None:
+        notes.append(f"trtllm: its --kv_cache_free_gpu_memory_fraction is a share of the memory left after the "
+                     f"weights, not of the whole device; the plan's {request.mem_fraction_static:g} of each device "
+                     "is not passed on")
     if (request.engine == "sglang" and request.all_reduce_fusion == "off"
             and not reaches(request.engine_version, SGLANG_FUSION_OFF_SINCE)):
         notes.append(f"sglang {request.engine_version} has no flag to turn the all-reduce fusion off (from "
@@ -729,6 +751,8 @@ def vllm_command(request: PlanRequest, config: Config, spec: Any = None,
     # each vLLM DP rank is an engine of its own, with its own scheduler: its share of the running
     # requests and of the chunk (sglang's --max-running-requests and chunk are the instance's)
     cmd += ["--max-num-seqs", str(-(-config.batch // layout.dp))]
+    if request.mem_fraction_static is not None:
+        cmd += ["--gpu-memory-utilization", f"{request.mem_fraction_static:g}"]
     if config.serving:
         cmd += ["--max-num-batched-tokens", str(max(1, config.serving["chunked_prefill_size"] // layout.dp))]
     if request.prefill_cuda_graph == "off":  # decode keeps its full CUDA graphs, prefill none

@@ -17,7 +17,7 @@ from infercast.build import BuiltModel
 from infercast.costmodel import SOURCES, CostModel, Phase
 from infercast.devices import GIB, DeviceSpec
 from infercast.layers import SimContext, SimMLAAttention, SimMoE
-from infercast.memory import MEMORY_FRACTION, kv_pool_tokens, memory
+from infercast.memory import kv_pool_tokens, memory
 from infercast.parallel import MixedWorkload, Workload
 from infercast.request import UserInput
 from infercast.results import OpRow, SimResult
@@ -81,7 +81,7 @@ def mla_pool_cast(model: CostModel, built: BuiltModel, ctx: SimContext, *,
     (:func:`~infercast.memory.kv_pool_tokens`)."""
     why = pool_cast_why(model, ctx.kv_cache_dtype,
                         any(isinstance(layer.self_attn, SimMLAAttention) for layer in built.sim.layers))
-    return (kv_pool_tokens(built, model.device, layers=layers), why) if why else (0, None)
+    return (kv_pool_tokens(built, model.device, ctx.memory, layers=layers), why) if why else (0, None)
 
 
 def standard_dispatch_reason(model: CostModel, ctx: SimContext) -> str:
@@ -192,15 +192,18 @@ def price(user: UserInput, built: BuiltModel, records: list[OpRecord], model: Co
         shares[row.source] += row.share
 
     usage, max_queries = memory(built, records, device, ctx, extra_weight_bytes, extra_kv_per_token)
-    feasible = usage["total"] <= usage["capacity"]
+    in_memory = usage["total"] <= usage["capacity"]
+    in_pool = ctx.memory.max_total_tokens is None or usage["kv_slots_needed"] <= usage["kv_slots"]
+    feasible = in_memory and in_pool
     throughput = (user.num_queries * (1 if decode else query_length)) / step_s / p.num_devices
     moe = next((m for m in built.sim.modules() if isinstance(m, SimMoE)), None)
     notes = list(model.notes)
-    if not feasible:
-        notes.append(
-            f"does not fit: needs {usage['total']:.1f} GiB per device, {usage['capacity']:.1f} GiB usable "
-            f"({MEMORY_FRACTION:.0%} of {device.memory_bytes / GIB:.1f} GiB)"
-        )
+    if not in_memory:
+        notes.append(f"does not fit: needs {usage['total']:.1f} GiB per device, {usage['capacity']:.1f} GiB usable "
+                     f"({ctx.memory.describe(device)})")
+    elif not in_pool:
+        notes.append(f"does not fit: needs {usage['kv_slots_needed']:,} KV cache slots a rank, the pool holds "
+                     f"{usage['kv_slots']:,} ({ctx.memory.describe(device)})")
     return SimResult(
         model=user.model, model_type=built.profile.model_type, device=device.name, num_devices=p.num_devices,
         parallel={"tp": p.tp, "dp": p.dp, "ep": p.ep, "moe_tp": p.moe_tp, "shared_expert_tp": p.shared_expert_tp,

@@ -85,6 +85,13 @@ class UserInput:
     enable_shared_expert_tp: bool = opt(False, "shard shared experts over TP when EP > 1", HW, kind=bool)
     two_batch_overlap: bool = opt(False, "overlap communication with a second micro-batch", HW, kind=bool)
     super_node: bool = opt(False, "treat the device's super-node as one scale-up domain (Ascend)", HW, kind=bool)
+    mem_fraction_static: float | None = opt(None, "share of each device's memory for weights, KV cache and "
+                                            "activations (sglang's --mem-fraction-static, vLLM's "
+                                            "--gpu-memory-utilization; default 0.9)", HW, kind=float, minimum=0.05,
+                                            maximum=1.0, metavar="F")
+    max_total_tokens: int | None = opt(None, "KV cache slots per rank at most (sglang's --max-total-tokens; default: "
+                                       "all the memory the weights leave)", HW, kind=int, minimum=1,
+                                       maximum=MAX_TOKENS, metavar="N")
     num_queries: int = opt(1, "requests in the step, across all DP ranks (default 1)", WORK, kind=int, minimum=1,
                            maximum=MAX_REQUESTS)
     query_length: int | None = opt(None, "new tokens per request; given without --decode this is a prefill step", WORK,
@@ -186,6 +193,15 @@ def check_value(name: str, value: Any, meta: dict[str, Any]) -> Any:
             raise FieldError(name, f"is {value!r}; valid: {', '.join(meta['choices'])}")
         return normal
     return value
+
+
+def check_flag(name: str, value: Any) -> Any:
+    """``value`` checked as the request field ``name`` is (:func:`check_value`), for a caller that
+    takes the same flag (``infercast plan``); its error names the flag."""
+    try:
+        return check_value(name, value, _META[name])
+    except FieldError as exc:
+        raise InfercastError(exc.render(flag_of)) from None
 
 
 def check(user: UserInput) -> UserInput:

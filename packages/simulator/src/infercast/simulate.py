@@ -18,6 +18,7 @@ from infercast_adapters.config import apply_num_hidden_layers_override, load_con
 
 from infercast.build import build
 from infercast.layers import KV_DTYPES, SimContext
+from infercast.memory import MemoryLimits
 from infercast.parallel import Parallel, Workload, validate_layout, validate_workload
 from infercast.pricing import (
     all_reduce_fusion,
@@ -84,7 +85,8 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     quant = _resolve_quant(config, text, user.quantize_linear_action, profile)
     ctx = SimContext(parallel=parallel, workload=Workload(user.num_queries, query_length, context, decode), quant=quant,
                      kv_cache_dtype=KV_DTYPES[user.kv_cache_dtype],
-                     expert_imbalance=check_distribution(user.expert_imbalance))
+                     expert_imbalance=check_distribution(user.expert_imbalance),
+                     memory=MemoryLimits.asked(user.mem_fraction_static, user.max_total_tokens))
     model = cost_model_for(user, device)
     ctx.pointwise = model.engine.pointwise
     ctx.moe_all_to_all = model.engine.moe_all_to_all.runs(quant.routed_experts.kernel_dtype, parallel.dp,
@@ -133,7 +135,9 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
             result.notes.append(f"prefill launched eagerly: {ctx.tokens} tokens per rank, above the "
                                 f"{ctx.prefill_graph_tokens} that piecewise CUDA graphs capture")
     if ctx.kv_pool_tokens:
-        slots = f"{ctx.kv_pool_tokens:,} slots a rank" if ctx.kv_pool_tokens > 1 else "no memory left for it"
+        capped = ctx.kv_pool_tokens == ctx.memory.max_total_tokens
+        slots = (f"{ctx.kv_pool_tokens:,} slots a rank" + (", --max-total-tokens" if capped else "")
+                 if ctx.kv_pool_tokens > 1 or capped else "no memory left for it")
         result.notes.append(f"FP8 KV pool cast ({slots}): {cast_why}")
     if 0 < ctx.tokens <= ctx.all_reduce_fusion_tokens:
         result.notes.append(f"all-reduce fusion: {fusion_why}; each decoder layer's all-reduce carries the residual "

@@ -38,7 +38,7 @@ SGLANG_PD_ARGS = {
     "--speculative-algorithm", "--speculative-draft-model-path", "--speculative-num-steps", "--speculative-eagle-topk",
     "--speculative-num-draft-tokens", "--ep-num-redundant-experts", "--chunked-prefill-size",
     "--disaggregation-mode", "--disaggregation-transfer-backend", "--moe-a2a-backend", "--deepep-mode",
-    "--enable-two-batch-overlap", "--port", "--host",
+    "--enable-two-batch-overlap", "--port", "--host", "--mem-fraction-static",
 }
 ROUTER_ARGS = {"--pd-disaggregation", "--prefill", "--decode", "--host", "--port"}
 VLLM_ARGS = {"--tensor-parallel-size", "--data-parallel-size", "--enable-expert-parallel", "--max-num-seqs",
@@ -181,7 +181,8 @@ def test_disaggregated_expert_parallel_pools_name_their_deepep_mode_once() -> No
     vLLM --all2all-backend across its data-parallel ranks), each flag once."""
     request = PlanRequest(model="deepseek-ai/DeepSeek-V3", device="H100")
     planner = SimpleNamespace(request=request, device=SimpleNamespace(devices_per_node=8, cuda_arch=90),
-                              spec_requests={}, expert_dtype=lambda quantization: "fp8_block")  # DeepSeek-V3's
+                              spec_requests={}, expert_dtype=lambda quantization: "fp8_block",  # DeepSeek-V3's
+                              launch_fraction=lambda *pool: None)
     ep16 = Layout(16, 1, 16, 16)
     config = SimpleNamespace(
         prefill=SimpleNamespace(layout=ep16, quantization=None, chunk=16384),
@@ -215,7 +216,8 @@ def test_two_batch_overlap_is_offered_and_launched_only_where_the_engine_has_an_
         assert [c.two_batch_overlap for c in choices] == offered
     request = PlanRequest(model="Qwen/Qwen3-235B-A22B", device="H100", engine="vllm")
     planner = SimpleNamespace(request=request, device=SimpleNamespace(devices_per_node=8, cuda_arch=90),
-                              spec_requests={}, expert_dtype=lambda quantization: "bf16")
+                              spec_requests={}, expert_dtype=lambda quantization: "bf16",
+                              launch_fraction=lambda *pool: None)
     config = SimpleNamespace(
         prefill=SimpleNamespace(layout=ep, quantization=None, chunk=16384),
         decode=SimpleNamespace(layout=ep, quantization=None, batch=1024, spec=None, two_batch_overlap=True),

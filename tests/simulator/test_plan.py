@@ -404,7 +404,8 @@ def test_memory_limits_decide_what_fits_and_reach_the_launch_commands(capsys) ->
     # 128 fit only where DP attention spreads them over 8 ranks
     assert {(c.layout, c.batch) for c in capped if not c.fits} == {(c.layout, 128) for c in capped if c.layout.dp == 1}
     assert all(c.fits for c in Planner(request).run().configs)
-    tight = Planner(replace(request, mem_fraction_static=0.5)).run().configs  # 70.2 GiB: the 79 GiB of weights do not fit
+    # half of 140.4 GiB is 70.2 GiB, where 79 GiB of weights do not fit
+    tight = Planner(replace(request, mem_fraction_static=0.5)).run().configs
     assert not any(c.fits for c in tight)
     assert [c.memory_gib for c in tight] == [c.memory_gib for c in capped]
 
@@ -423,6 +424,23 @@ def test_memory_limits_decide_what_fits_and_reach_the_launch_commands(capsys) ->
     assert "--mem-fraction-static must be between 0.05 and 1, got 1.5" in capsys.readouterr().err
     with pytest.raises(InfercastError, match="--max-total-tokens must be between 1"):
         Planner(replace(request, max_total_tokens=0))
+
+
+def test_sglangs_launch_asks_for_the_memory_share_the_plan_priced() -> None:
+    """sglang's own default on one H100 is 0.835 of the card, on one H200 0.907: the plan prices
+    0.9, so only the H100's command needs --mem-fraction-static to serve it."""
+    for device, flagged in (("H100", True), ("H200", False)):
+        request = PlanRequest(model="meta-llama/Llama-3.1-8B-Instruct", device=device, num_devices=(1,), batches=(8,),
+                              speculative=(), mode="static")
+        planner = Planner(request)
+        (config,) = planner.run().configs
+        fraction = planner.launch_fraction(config.layout, config.quantization, False)
+        assert fraction == (0.9 if flagged else None)
+        cmd = sglang_command(request, config, 8, expert_dtype="bf16", cuda_arch=90, mem_fraction=fraction)
+        given = cmd[cmd.index("--mem-fraction-static") + 1] if "--mem-fraction-static" in cmd else None
+        assert given == ("0.9" if flagged else None)
+        asked = Planner(replace(request, mem_fraction_static=0.8))
+        assert asked.launch_fraction(config.layout, config.quantization, False) == 0.8
 
 
 def test_the_plot_legend_names_speculation_only_when_swept(tmp_path) -> None:

@@ -280,6 +280,46 @@ def test_max_total_tokens_caps_the_kv_pool_and_the_requests_that_fit() -> None:
     assert capped.step_latency_ms == free.step_latency_ms
 
 
+def test_sglangs_default_memory_share_follows_its_server_args_rule() -> None:
+    """(MiB - reserved) / MiB, rounded to 3 places, reserved = 512 + 1.5 x max(chunk, 2048) +
+    2 x graph batch + TP/8 x 1024 (+ DP attention, prefill graphs, a draft), at least 10 GiB."""
+    from types import SimpleNamespace
+
+    from infercast.engines import SGLANG_STATIC_MEMORY as rule
+
+    h200, h100, b200 = 143771 * 2**20, 81559 * 2**20, 183359 * 2**20
+
+    def share(version, memory, **launch):
+        return rule.default(version, memory, **{**dict(tp=8, dp=1, chunk=8192, prefill_graphs=False, mla=True,
+                                                      speculative=False), **launch})
+
+    assert share("0.5.14", h200) == (0.897, 512 + 8192 * 1.5 + 512 * 2 + 1024)  # 14,848 MiB kept
+    assert share("0.5.14", h200, prefill_graphs=True) == (round((143771 - 14848 - 1536) / 143771, 3), 16384)
+    sizes = 8 + 14 + 8 + 8 + 12 + 8  # the captured prompt sizes up to 8,192: 4-32, 48-256, ..., 4,608-8,192
+    assert share("0.5.9", h200, prefill_graphs=True)[1] == 14848 + sizes * 8  # before 0.5.10, MLA too
+    assert share("0.5.14", h100, tp=1, mla=False) == (0.835, 512 + 12288 + 256 * 2 + 128)
+    assert share("0.5.14", b200, chunk=16384) == (0.852, 512 + 16384 * 1.5 + 1024 + 1024)
+    assert share("0.5.14", h200, dp=8)[1] == 14848 + 512 * 8 * 3 + 512 * 8 * 1.5  # DP attention
+    assert share("0.5.14", h100, tp=72, dp=72)[0] < 0  # large DP needs the flag set by hand
+    assert share("0.5.9", h200, speculative=True)[1] == 14848 + 2048
+    assert share("0.5.12", h200, speculative=True)[1] == 14848 + 4096
+    assert share("0.5.14", h200, speculative=True)[1] == 14848  # counts the draft's weights instead
+    assert share("0.5.14", h200, tp=1, mla=False)[0] == 0.907  # above the 0.9 infercast prices
+    moonvit = SimpleNamespace(num_hidden_layers=27, hidden_size=1152)  # 1.42 x ViT-L/14: 0.95 x 0.958
+    assert share("0.5.14", h200, vision=moonvit)[0] == pytest.approx(0.897 * 0.95 * (1 - 0.1 * (27 * 1152**2 / (
+        24 * 1024**2) - 1)))
+
+
+def test_simulate_says_where_sglangs_default_share_is_below_the_priced_one(kimi_default) -> None:
+    (note,) = [n for n in kimi_default.notes if n.startswith("memory:")]
+    assert "sglang 0.5.14 defaults to 0.816" in note and "--mem-fraction-static 0.9" in note and "vision" in note
+    assert kimi_default.memory_gib["capacity"] == pytest.approx(0.9 * 143771 / 1024)  # priced as before
+    given = sim(mem_fraction_static=0.816)
+    assert not any(n.startswith("memory:") for n in given.notes)
+    assert given.max_num_queries < kimi_default.max_num_queries
+    assert not any(n.startswith("memory:") for n in sim(model="deepseek-v3", engine="vllm", decode=True).notes)
+
+
 def test_quantization_defaults_follow_the_checkpoint(kimi_default) -> None:
     assert "W4A16" in kimi_default.quantization and "BF16" in kimi_default.quantization
     assert "fp8" in sim(model="deepseek-v3", num_hidden_layers_override=4).quantization

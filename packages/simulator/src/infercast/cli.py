@@ -337,11 +337,12 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
         result = planner.run(progress, executor=executor)
     launch, notes = {}, []
     if result.best is not None:
-        experts = {"expert_dtype": planner.expert_dtype(result.best.quantization),
-                   "cuda_arch": planner.device.cuda_arch}
-        launch = launch_commands(request, result.best, planner.device.devices_per_node, planner.spec_for(result.best),
-                                 **experts)
-        notes = launch_notes(request, result.best, planner.spec_for(result.best), **experts)
+        best = result.best
+        experts = {"expert_dtype": planner.expert_dtype(best.quantization), "cuda_arch": planner.device.cuda_arch}
+        launch = launch_commands(request, best, planner.device.devices_per_node, planner.spec_for(best), **experts,
+                                 mem_fraction=planner.launch_fraction(best.layout, best.quantization,
+                                                                      best.spec is not None))
+        notes = launch_notes(request, best, planner.spec_for(best), **experts)
     disagg_launch, disagg_notes = {}, []
     if result.disagg is not None and result.disagg.best is not None:
         from infercast.disagg import launch_commands as disagg_commands

@@ -227,6 +227,54 @@ SGLANG_MLA_POOL_CAST = MlaPoolCast(
 
 
 @dataclass(frozen=True)
+class StaticMemory:
+    """How the engine sizes its share of each device when not told (sglang's default
+    ``--mem-fraction-static``): the memory it keeps back for activations, CUDA graphs and the
+    like, by device and launch, the rest for weights and the KV cache."""
+
+    source: str
+
+    def default(self, version: str | None, memory_bytes: float, *, tp: int, dp: int, chunk: int,
+                prefill_graphs: bool, mla: bool, speculative: bool, vision: Any = None) -> tuple[float, float]:
+        """(the share of each device, the MiB kept back) that sglang ``version`` (None: the
+        newest) takes by default for a deployment of ``tp`` GPUs (sglang's --tp-size, DP ranks
+        included) with DP attention over ``dp`` ranks, ``chunk`` prompt tokens a step, piecewise
+        prefill CUDA graphs or not, an MLA model or not, speculative decoding or not, and the
+        vision tower ``vision`` (a config with ``num_hidden_layers`` and ``hidden_size``; None
+        for a text model). The share can be zero or less where the reserve outgrows the device."""
+        mib = memory_bytes / 2**20
+        graph_bs = 8 if mib < 20 * 1024 else (24 if tp < 4 else 80) if mib < 35 * 1024 else (
+            32 if tp < 4 else 160) if mib < 60 * 1024 else (256 if tp < 4 else 512) if mib < 160 * 1024 else 512
+        reserved = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp / 8 * 1024
+        if dp > 1:
+            reserved += graph_bs * dp * 3 + (graph_bs * dp * 1.5 if graph_bs > 300 else 0)
+        if prefill_graphs:
+            sizes = [n for n in (*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
+                                 *range(1280, 4097, 256), *range(4608, chunk + 1, 512)) if n <= chunk]
+            reserved += 1.5 * 1024 if mla and reaches(version, "0.5.10") else len(sizes) * 8
+        if mib > 60 * 1024:
+            reserved = max(reserved, 10 * 1024)
+        if speculative and not reaches(version, "0.5.14"):
+            reserved += 4 * 1024 if reaches(version, "0.5.10") else 2 * 1024
+        share = round((mib - reserved) / mib, 3)
+        if vision is not None:
+            layers, width = getattr(vision, "num_hidden_layers", 24), getattr(vision, "hidden_size", 1024)
+            share *= 0.95 * max(0.8, min(1.05, 1 - 0.1 * (layers * width**2 / (24 * 1024**2) - 1)))
+        return share, reserved
+
+
+SGLANG_STATIC_MEMORY = StaticMemory(
+    "sglang server_args.py, _handle_gpu_memory_settings (0.5.6-0.5.14): --mem-fraction-static defaults to (device "
+    "MiB - reserved) / device MiB, reserved = 512 + 1.5 x max(chunk, 2,048) + 2 x the decode CUDA-graph batch (8-512 "
+    "by memory and TP) + TP/8 x 1,024, plus 3 (and 1.5 above a graph batch of 300) x graph batch x DP with DP "
+    "attention, plus the piecewise prefill graphs (1.5 GiB with MLA from 0.5.10, else 8 MiB a captured size), at "
+    "least 10 GiB above 60 GiB, plus 2 GiB (4 from 0.5.10; none from 0.5.14, which counts the draft's weights "
+    "instead) for an EAGLE or MTP draft; a vision-language model's share is then scaled by 0.95 and by its vision "
+    "tower's size against ViT-L/14 (adjust_mem_fraction_for_vlm)",
+)
+
+
+@dataclass(frozen=True)
 class MoEAllToAll:
     """Where the engine moves tokens to their experts' ranks with an all-to-all backend (DeepEP)
     under expert parallelism. Elsewhere its standard dispatcher runs: every rank computes its
@@ -331,6 +379,9 @@ class Engine:
     (None: the engine polls every step)."""
     mla_pool_cast: MlaPoolCast | None = None
     """Where the engine's MLA decode casts the whole FP8 KV pool to bf16 (None: it reads FP8)."""
+    static_memory: StaticMemory | None = None
+    """How the engine sizes its share of each device by default (None: a fixed share, taken as
+    :data:`~infercast.memory.DEFAULT_MEMORY_FRACTION`)."""
 
     def host_step(self, version: str | None, mode: str = "auto", *, speculative: bool = False) -> HostCost:
         """The host time a step (a speculative cycle) waits for at engine ``version``:
@@ -481,6 +532,7 @@ register(Engine(
     # managers/scheduler_recv_skipper.py (0.5.9): polls after prompt steps, while idle, and every N decode steps
     recv_interval_flag="--scheduler-recv-interval",
     mla_pool_cast=SGLANG_MLA_POOL_CAST,
+    static_memory=SGLANG_STATIC_MEMORY,
 ))
 register(Engine(
     name="vllm", tables="vllm",

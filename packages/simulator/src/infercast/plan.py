@@ -31,6 +31,7 @@ from infercast.parallel import Parallel, Workload, validate_layout
 from infercast.pricing import (
     all_reduce_fusion,
     cost_model_for,
+    default_memory_share,
     mla_pool_cast,
     phase_of,
     pool_cast_why,
@@ -322,6 +323,22 @@ class Planner:
             self._built[key] = (built, ctx)
         return self._built[key]
 
+    def launch_fraction(self, layout: Layout, quant: str | None, speculative: bool,
+                        chunk: int | None = None) -> float | None:
+        """The ``--mem-fraction-static`` sglang's launch command needs to serve ``layout`` with the
+        share of each device the plan priced: the request's, else the default share where sglang's
+        own default for this launch is smaller (:attr:`~infercast.engines.Engine.static_memory`);
+        None where sglang's default gives at least as much. ``chunk``: the instance's prompt tokens a
+        step where it is not the request's (a disaggregated prefill pool)."""
+        if self.request.mem_fraction_static is not None:
+            return self.request.mem_fraction_static
+        built, ctx = self._model(layout, quant)
+        version = self.costs.engine_version if self.request.engine == "sglang" else None
+        share = default_memory_share(engine_named("sglang").static_memory, version, self.device, built, ctx,
+                                     self.config, speculative=speculative,
+                                     chunk=chunk or self.request.serving.chunked_prefill_size)[0]
+        return self.memory.fraction if share < self.memory.fraction else None
+
     def expert_dtype(self, quant: str | None) -> str:
         """The routed experts' kernel dtype under quantization ``quant`` (None: the checkpoint's)."""
         return _resolve_quant(self.config, self.text, quant, self.profile).routed_experts.kernel_dtype
@@ -573,12 +590,14 @@ def overlap_flags(engine: str, request: PlanRequest) -> list[str]:
 
 
 def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, spec: Any = None,
-                   deepep_mode: str = "auto", *, expert_dtype: str, cuda_arch: int | None) -> list[str]:
+                   deepep_mode: str = "auto", *, expert_dtype: str, cuda_arch: int | None,
+                   mem_fraction: float | None = None) -> list[str]:
     """``python -m sglang.launch_server ...`` for ``config`` (first node's command when multi-node).
     Expert parallelism runs through DeepEP where sglang runs ``expert_dtype`` experts behind it
     on these devices (``cuda_arch``: their compute capability, None for another vendor's), ``auto`` taking the normal kernels for prompt
     steps and the low-latency ones for decode (a disaggregated pool names one); elsewhere
-    through the standard dispatcher (no a2a backend)."""
+    through the standard dispatcher (no a2a backend). ``mem_fraction``: the
+    ``--mem-fraction-static`` to pass where the request gives none (:meth:`Planner.launch_fraction`)."""
     layout = config.layout
     cmd = ["python", "-m", "sglang.launch_server", "--model-path", request.model, "--tp-size", str(layout.num_devices)]
     if layout.dp > 1:
@@ -596,8 +615,9 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
     if request.kv_cache_dtype not in ("bf16", "auto"):
         cmd += ["--kv-cache-dtype", "fp8_e4m3" if request.kv_cache_dtype == "fp8" else request.kv_cache_dtype]
     cmd += ["--max-running-requests", str(config.batch)]
-    if request.mem_fraction_static is not None:
-        cmd += ["--mem-fraction-static", f"{request.mem_fraction_static:g}"]
+    fraction = request.mem_fraction_static if request.mem_fraction_static is not None else mem_fraction
+    if fraction is not None:
+        cmd += ["--mem-fraction-static", f"{fraction:g}"]
     if request.max_total_tokens is not None:
         cmd += ["--max-total-tokens", str(request.max_total_tokens)]
     cmd += sglang_prefill_graph_flags(request.prefill_cuda_graph,
@@ -659,11 +679,12 @@ def trtllm_command(request: PlanRequest, config: Config, spec: Any = None) -> li
 
 
 def launch_commands(request: PlanRequest, config: Config, devices_per_node: int, spec: Any = None, *,
-                    expert_dtype: str, cuda_arch: int | None) -> dict[str, list[str]]:
+                    expert_dtype: str, cuda_arch: int | None, mem_fraction: float | None = None) -> dict[str, list[str]]:
     """The chosen engine's launch command first, then the other engines' equivalents
-    (``expert_dtype``: the routed experts' kernel dtype, :meth:`Planner.expert_dtype`)."""
+    (``expert_dtype``: the routed experts' kernel dtype, :meth:`Planner.expert_dtype`;
+    ``mem_fraction``: sglang's, :meth:`Planner.launch_fraction`)."""
     commands = {"sglang": sglang_command(request, config, devices_per_node, spec, expert_dtype=expert_dtype,
-                                         cuda_arch=cuda_arch),
+                                         cuda_arch=cuda_arch, mem_fraction=mem_fraction),
                 "vllm": vllm_command(request, config, spec), "trtllm": trtllm_command(request, config, spec)}
     first = request.engine if request.engine in commands else "sglang"
     return {first: commands[first], **{k: v for k, v in commands.items() if k != first}}

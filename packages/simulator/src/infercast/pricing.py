@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
+    from infercast.engines import StaticMemory
     from infercast.simulate import SpecRequest
 
 from infercast_adapters import InfercastError
@@ -21,6 +22,7 @@ from infercast.memory import kv_pool_tokens, memory
 from infercast.parallel import MixedWorkload, Workload
 from infercast.request import UserInput
 from infercast.results import OpRow, SimResult
+from infercast.serving import default_chunk
 from infercast.step import HostRow, forward_seconds, price_records, step_time
 from infercast.trace import OpRecord, trace
 
@@ -82,6 +84,21 @@ def mla_pool_cast(model: CostModel, built: BuiltModel, ctx: SimContext, *,
     why = pool_cast_why(model, ctx.kv_cache_dtype,
                         any(isinstance(layer.self_attn, SimMLAAttention) for layer in built.sim.layers))
     return (kv_pool_tokens(built, model.device, ctx.memory, layers=layers), why) if why else (0, None)
+
+
+def default_memory_share(rule: StaticMemory, version: str | None, device: DeviceSpec, built: BuiltModel,
+                         ctx: SimContext, config: Any, *, speculative: bool,
+                         chunk: int | None = None) -> tuple[float, float]:
+    """(share of each device, MiB kept back) that the engine's ``rule`` at ``version`` takes by
+    default for this deployment: sglang's --tp-size counts every GPU, DP attention where DP > 1,
+    its default prompt chunk unless ``chunk``, prefill CUDA graphs where ``ctx`` captures them,
+    the vision tower of a vision-language ``config``."""
+    vision = getattr(config, "vision_config", None) if built.sim.vision is not None else None
+    return rule.default(version, device.memory_bytes, tp=ctx.parallel.num_devices, dp=ctx.parallel.dp,
+                        chunk=chunk or default_chunk(device.memory_bytes, "sglang", device.name),
+                        prefill_graphs=ctx.prefill_graph_tokens > 0,
+                        mla=any(isinstance(layer.self_attn, SimMLAAttention) for layer in built.sim.layers),
+                        speculative=speculative, vision=vision)
 
 
 def standard_dispatch_reason(model: CostModel, ctx: SimContext) -> str:

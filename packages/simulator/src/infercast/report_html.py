@@ -196,7 +196,9 @@ def launch_of(planner: Any, config: Any) -> dict[str, list[list[str]]]:
 
     commands = launch_commands(planner.request, config, planner.device.devices_per_node, spec_of(planner, config),
                                expert_dtype=planner.expert_dtype(config.quantization),
-                               cuda_arch=planner.device.cuda_arch)
+                               cuda_arch=planner.device.cuda_arch,
+                               mem_fraction=planner.launch_fraction(config.layout, config.quantization,
+                                                                    config.spec is not None))
     return {engine: [cmd] for engine, cmd in commands.items()}
 
 

@@ -23,6 +23,7 @@ from infercast.parallel import Parallel, Workload, validate_layout, validate_wor
 from infercast.pricing import (
     all_reduce_fusion,
     cost_model_for,
+    default_memory_share,
     mla_pool_cast,
     prefill_graph_blockers,
     prefill_graph_tokens,
@@ -139,6 +140,20 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
         slots = (f"{ctx.kv_pool_tokens:,} slots a rank" + (", --max-total-tokens" if capped else "")
                  if ctx.kv_pool_tokens > 1 or capped else "no memory left for it")
         result.notes.append(f"FP8 KV pool cast ({slots}): {cast_why}")
+    rule = model.engine.static_memory
+    if rule is not None and user.mem_fraction_static is None:
+        share, reserved = default_memory_share(rule, model.engine_version, device, built, ctx, config,
+                                               speculative=spec is not None)
+        if share < ctx.memory.fraction:
+            used, engine = ctx.memory.fraction, f"{model.engine.name} {model.engine_version or ''}".strip()
+            kept = f"{reserved / 1024:.1f} GiB kept for activations and CUDA graphs" + (
+                ", then scaled for the vision tower" if built.sim.vision is not None else "")
+            result.notes.append(
+                f"memory: priced at {used:g} of each device; {engine} defaults to {share:.3f} here ({kept}; "
+                f"server_args.py): launch it with --mem-fraction-static {used:g}, or give --mem-fraction-static "
+                f"{share:.3f} to price its default" if share > 0 else
+                f"memory: priced at {used:g} of each device; {engine}'s default keeps {reserved / 1024:.1f} GiB back "
+                f"here, more than the device holds (server_args.py): launch it with --mem-fraction-static {used:g}")
     if 0 < ctx.tokens <= ctx.all_reduce_fusion_tokens:
         result.notes.append(f"all-reduce fusion: {fusion_why}; each decoder layer's all-reduce carries the residual "
                             "add and RMSNorm after it (the last layer's all-reduce apart), priced as the all-reduce")

@@ -76,13 +76,17 @@ def pool_cast_why(model: CostModel, kv_cache_dtype: torch.dtype, mla: bool) -> s
             f"flashmla reads FP8 directly (not modelled). Source: {cast.source}")
 
 
+def has_mla(built: BuiltModel) -> bool:
+    """Whether the built model's decoder layers attend with MLA."""
+    return any(isinstance(layer.self_attn, SimMLAAttention) for layer in built.sim.layers)
+
+
 def mla_pool_cast(model: CostModel, built: BuiltModel, ctx: SimContext, *,
                   layers: int | None = None) -> tuple[int, str | None]:
     """(the KV pool's slots per rank that each MLA decode attention casts to bf16 first, 0 for
     none; why, as :func:`pool_cast_why`); ``layers``: the model's real depth
     (:func:`~infercast.memory.kv_pool_tokens`)."""
-    why = pool_cast_why(model, ctx.kv_cache_dtype,
-                        any(isinstance(layer.self_attn, SimMLAAttention) for layer in built.sim.layers))
+    why = pool_cast_why(model, ctx.kv_cache_dtype, has_mla(built))
     return (kv_pool_tokens(built, model.device, ctx.memory, layers=layers), why) if why else (0, None)
 
 
@@ -97,7 +101,7 @@ def default_memory_share(rule: StaticMemory, version: str | None, device: Device
     return rule.default(version, device.memory_bytes, tp=ctx.parallel.num_devices, dp=ctx.parallel.dp,
                         chunk=chunk or default_chunk(device.memory_bytes, "sglang", device.name),
                         prefill_graphs=ctx.prefill_graph_tokens > 0,
-                        mla=any(isinstance(layer.self_attn, SimMLAAttention) for layer in built.sim.layers),
+                        mla=has_mla(built),
                         speculative=speculative, vision=vision)
 
 

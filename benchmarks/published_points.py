@@ -208,9 +208,9 @@ def sglang_c1(model: str, device: str, tp: int, ran: str, *, prompts: Sequence[i
         return sglang_decode(model, device, tp, 1, context, ran)
     from infercast.engines import engine_named
 
-    default = "auto" if engine_named("sglang").prefill_graphs.applies(ran) else "off"
     user = UserInput(model=model, device=device, num_devices=tp, tp_size=tp, num_queries=1,
-                     prefill_cuda_graph=prefill_graph or default, all_reduce_fusion=fusion_in(ran, model, device, tp))
+                     prefill_cuda_graph=prefill_graph or engine_named("sglang").prefill_graphs_as(ran),
+                     all_reduce_fusion=fusion_in(ran, model, device, tp))
     return lambda: mean_ttft(user, prompts, warm_first=warm_first)[0]
 
 

@@ -193,13 +193,14 @@ def recipe(row: dict) -> Recipe:
 def as_run(row: dict, model: str) -> dict:
     """What the run's engine version did by default where it differs from the newest tables'
     version, which prices every run: scheduling one step ahead of the GPU, fusing the all-reduce
-    with the norm after it (an unnamed version is taken as the newest: ``auto``)."""
+    with the norm after it, capturing prefill in piecewise CUDA graphs (sglang from 0.5.10; 0.5.9
+    and earlier launch it eagerly). An unnamed version is taken as the newest: ``auto``."""
     engine, version = row["backend"], row["backend_version"]
     if not version:
         return {}
     since = engine_named(engine).overlap_since
     overlap = "auto" if since is None else "on" if reaches(version, since) else "off"
-    return {"overlap_scheduling": overlap,
+    return {"overlap_scheduling": overlap, "prefill_cuda_graph": engine_named(engine).prefill_graphs_as(version),
             "all_reduce_fusion": fusion_in(version, model, DEVICES[row["system"]], int(row["tp_size"]), engine)}
 
 
@@ -217,8 +218,8 @@ def replay(row: dict, pricers: dict) -> tuple[float, float]:
                           engine_version=None, input_length=isl, output_length=osl, kv_cache_dtype=flags.kv_cache_dtype,
                           **as_run(row, model), serving=ServingOptions(concurrency=clients, lengths=lengths,
                                                                        chunked_prefill_size=flags.chunk))
-    key = (model, row["system"], row["backend"], request.overlap_scheduling, request.all_reduce_fusion, quant, isl,
-           osl, flags.chunk, flags.kv_cache_dtype)
+    key = (model, row["system"], row["backend"], request.overlap_scheduling, request.all_reduce_fusion,
+           request.prefill_cuda_graph, quant, isl, osl, flags.chunk, flags.kv_cache_dtype)
     if key not in pricers:
         planner = Planner(request)
         pricers[key] = (planner, StepPricer(planner))

@@ -35,6 +35,17 @@ def test_sglang_captures_prefill_by_default_from_0_5_10(version: str, captured: 
     assert (eager_layer_launches > 2.0) is not captured
 
 
+@pytest.mark.parametrize(("engine", "version", "mode"), [("sglang", "0.5.6.post2", "off"), ("sglang", "0.5.9", "off"),
+                                                         ("sglang", "0.5.10", "auto"), ("sglang", None, "auto"),
+                                                         ("vllm", "0.10.0", "auto"), ("trtllm", "1.0", "auto")])
+def test_prefill_graphs_as_a_version_reproduces_its_default_under_newer_tables(engine, version, mode) -> None:
+    assert ENGINES[engine].prefill_graphs_as(version) == mode
+    if engine == "sglang" and version:
+        # priced with the newest tables, the mode launches prefill as the named version did
+        ran = simulate(UserInput(**LLAMA, query_length=64, prefill_cuda_graph=mode))
+        assert _graphs(ran) == _graphs(simulate(UserInput(**LLAMA, query_length=64, engine_version=version)))
+
+
 def test_piecewise_counts_attention_launches_and_one_replay_per_layer(monkeypatch: pytest.MonkeyPatch) -> None:
     kernels = {"infercast::gemm": 3, "infercast::attention": 1, "infercast::kv_cache_write": 1, "infercast::rope": 1}
     monkeypatch.setattr(step, "cost_of", lambda record: SimpleNamespace(kernels=kernels[record.name]))

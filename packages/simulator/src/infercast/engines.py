@@ -383,6 +383,13 @@ class Engine:
     """How the engine sizes its share of each device by default (None: a fixed share, taken as
     :data:`~infercast.memory.DEFAULT_MEMORY_FRACTION`)."""
 
+    def prefill_graphs_as(self, version: str | None) -> str:
+        """The ``--prefill-cuda-graph`` mode that prices prefill launched as engine ``version``
+        launched it by default, whichever tables price the kernels: ``off`` for a version that
+        predates its engine's default capture, else ``auto``."""
+        policy = self.prefill_graphs
+        return "auto" if policy is None or version is None or policy.applies(version) else "off"
+
     def host_step(self, version: str | None, mode: str = "auto", *, speculative: bool = False) -> HostCost:
         """The host time a step (a speculative cycle) waits for at engine ``version``:
         ``step`` when the scheduler runs one step ahead of the GPU, ``step_without_overlap`` when

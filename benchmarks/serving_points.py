@@ -6,13 +6,14 @@
   TTFT runs into seconds are left out: there the queue grew for the whole finite run, which no
   steady state describes.
 - sgl-cookbook, `sglang.bench_serving` random 1K in / 1K out (lengths uniform in 1-1000) at
-  `--max-concurrency` 16 and 100, sglang 0.5.6.x (prefill launched eagerly): Llama-3.1-70B on
+  `--max-concurrency` 16 and 100, sglang 0.5.6.x (prefill launched eagerly, prompt steps apart
+  from the decodes: the launch commands give no --enable-mixed-chunk): Llama-3.1-70B on
   8 x A100, DeepSeek-R1-0528 on 8 x B200, Qwen3-235B-A22B-Instruct-2507 on 8 x B200, all TP8.
   M1's own loaded runs are in reference_points.py.
 
 Each row is the planner's TP-only configuration at the published concurrency (the clients, not
-a measured mean: the cookbook does not print one), with the planner's default continuous
-batching (prompt chunks mixed into decode steps). `--simulate-clients` adds, for NIM's fixed
+a measured mean: the cookbook does not print one), with the planner's continuous
+batching (prompt chunks mixed into decode steps, except where the engine ran them apart). `--simulate-clients` adds, for NIM's fixed
 lengths, the TTFT of the same step costs with the clients simulated one by one (all start at
 once, each sends its next request as its last ends: `simulate_engine(..., clients=N)`), which
 shows what clients that stay in step would see. Nothing here feeds the simulator. Run:
@@ -65,6 +66,8 @@ COOKBOOK_LOADED = [
     ("Qwen/Qwen3-235B-A22B", "B200", "0.5.6", 16, 215.70, 16.36, 832.04),
     ("Qwen/Qwen3-235B-A22B", "B200", "0.5.6", 100, 260.55, 32.94, 2738.78),
 ]
+COOKBOOK_PROMPTS_PER_CLIENT = 5
+"""The cookbook's loaded runs send 5 x N prompts from N clients (80 at 16, 500 at 100)."""
 UNIFORM_1K = LengthDist(tuple((i, o, 1.0) for i in range(25, 1000, 50) for o in range(25, 1000, 50)),
                         "uniform 1-1000 in and out, as 50-token buckets")
 
@@ -75,23 +78,31 @@ def tp_only(request: PlanRequest, tp: int):
     return next(c for c in plan.configs if (c.layout.tp, c.layout.dp, c.layout.ep) == (tp, 1, 1))
 
 
-def simulated_clients(request: PlanRequest, clients: int, tp: int) -> float:
+def simulated_clients(request: PlanRequest, clients: int, tp: int, *, requests: int | None = None,
+                      warmup: int | None = None, seeds: int = 1) -> float:
     """Mean TTFT (ms, with the request's host time) of ``clients`` simulated one by one on the
-    planner's step costs for the TP-only layout and its running-request limit."""
+    planner's step costs for the TP-only layout and its running-request limit, with prompt steps
+    mixed or apart as the request says: by default a long run past its warm-up (steady clients);
+    ``requests`` and ``warmup`` set a benchmark's own run (``warmup=0``: every request from the
+    first wave of clients on counts), averaged over ``seeds`` draws of its lengths."""
     planner = Planner(request)
     lengths, chunk, batch = request.serving.lengths, chunk_of(planner), max(request.batches)
     cost = StepPricer(planner).grid(Layout(tp, tp, 1, 1), request.quantizations[0], batch, None,
                                     chunk_shape(lengths, chunk), chunk)
-    run = simulate_engine(cost, rank_policy(chunk, batch, 1, "mixed", lookahead=planner.costs.overlapped()), lengths,
-                          clients=clients,
-                          requests=max(400, 20 * clients), warmup=max(100, 4 * clients), seed=1)
-    return (statistics.mean(run.ttft_s) + planner.costs.engine.request.at(round(lengths.mean_input))) * 1e3
+    policy = rank_policy(chunk, batch, 1, "mixed" if request.serving.mixed_chunk else "separate",
+                         lookahead=planner.costs.overlapped())
+    runs = [simulate_engine(cost, policy, lengths, clients=clients, requests=requests or max(400, 20 * clients),
+                            warmup=max(100, 4 * clients) if warmup is None else warmup, seed=seed)
+            for seed in range(1, seeds + 1)]
+    ttft = statistics.mean(statistics.mean(run.ttft_s) for run in runs)
+    return (ttft + planner.costs.engine.request.at(round(lengths.mean_input))) * 1e3
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--simulate-clients", action="store_true",
-                        help="also simulate NIM's clients one by one (fixed lengths: they can stay in step)")
+                        help="also simulate the clients one by one: NIM's past a warm-up (fixed lengths: they can "
+                             "stay in step), the cookbook's whole runs from their first wave")
     args = parser.parse_args()
     console = Console(width=max(Console().width, 180))
     table = Table(title="infercast plan --concurrency N vs published loaded runs")
@@ -126,9 +137,14 @@ def main() -> int:
     for model, device, version, clients, ttft, tpot, out in COOKBOOK_LOADED:
         request = PlanRequest(model=model, device=device, num_devices=(8,), batches=(128,), speculative=(),
                               all_reduce_fusion=fusion_in(version, model, device, 8), prefill_cuda_graph="off",
-                              serving=ServingOptions(concurrency=clients, lengths=UNIFORM_1K))
+                              serving=ServingOptions(concurrency=clients, lengths=UNIFORM_1K, mixed_chunk=False))
+        extra = ()
+        if args.simulate_clients:  # bench_serving: N clients start at once and send 5 x N prompts, all timed
+            value = simulated_clients(request, clients, 8, requests=COOKBOOK_PROMPTS_PER_CLIENT * clients, warmup=0,
+                                      seeds=8)
+            extra = (f"{value:.1f} ({(value - ttft) / ttft:+.0%})",)
         add("sgl-cookbook", f"{model.split('/')[-1]}, 8 x {device} TP8, sglang {version}", clients,
-            tp_only(request, 8), ttft, tpot, out, ("-",) if args.simulate_clients else ())
+            tp_only(request, 8), ttft, tpot, out, extra)
     console.print(table)
     for key, values in errors.items():
         console.print(f"median |error| of {key}: {statistics.median(values):.0%} over {len(values)} runs")

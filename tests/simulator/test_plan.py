@@ -255,6 +255,29 @@ def test_a_receive_interval_is_priced_in_ttft_and_launched_where_sglang_takes_it
     assert any("refused with DP attention" in n for n in launch_notes(wide, dp, expert_dtype="fp8_block", cuda_arch=90))
 
 
+def test_mixed_chunk_off_prices_and_launches_sglangs_default_of_prompt_steps_apart(capsys) -> None:
+    """--mixed-chunk off: a prompt step carries no decodes, so it ends sooner (TTFT) while every
+    decode waits it out (TPOT); sglang's command drops --enable-mixed-chunk; engines whose
+    scheduler always mixes refuse it."""
+    from infercast.cli import main
+    from infercast.serving import ServingOptions
+
+    request = PlanRequest(model="meta-llama/Llama-3.1-8B-Instruct", device="H100", num_devices=(1,), batches=(64,),
+                          speculative=(), serving=ServingOptions(concurrency=16))
+    apart_request = replace(request, serving=ServingOptions(concurrency=16, mixed_chunk=False))
+    mixed, apart = (Planner(r).run().configs[0] for r in (request, apart_request))
+    assert (mixed.serving["policy"], apart.serving["policy"]) == ("mixed", "separate")
+    assert apart.ttft_ms < mixed.ttft_ms and apart.tpot_ms > mixed.tpot_ms
+    assert "--enable-mixed-chunk" in sglang_command(request, mixed, 8, expert_dtype="bf16", cuda_arch=90)
+    assert "--enable-mixed-chunk" not in sglang_command(apart_request, apart, 8, expert_dtype="bf16", cuda_arch=90)
+    assert any("always mix prompt chunks" in n for n in launch_notes(apart_request, apart, expert_dtype="bf16",
+                                                                      cuda_arch=90))
+    with pytest.raises(InfercastError, match="vllm's scheduler always mixes"):
+        Planner(replace(apart_request, engine="vllm"))
+    assert main(["plan", "meta-llama/Llama-3.1-8B-Instruct", "--mixed-chunk", "no"]) == 2
+    assert "unknown --mixed-chunk 'no'; valid: on, off" in capsys.readouterr().err
+
+
 def test_the_scheduler_runs_one_step_ahead_where_the_engine_overlaps() -> None:
     """sglang overlaps by default, not with speculative decoding (before spec v2); vLLM from
     0.14.0; --overlap-scheduling decides where given. One step ahead, a loaded TTFT waits one

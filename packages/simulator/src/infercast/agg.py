@@ -14,7 +14,8 @@ Prompt tokens ride in pieces of the token-weighted mean chunk of the length hist
 prompt up to the chunk size is one piece, a longer one several), over the token-weighted mean
 prefix; decoding requests sit at the plan's decode context (mean input + half the mean output).
 Speculative configurations run prompt steps apart from decode cycles (sglang turns mixed
-chunks off under speculative decoding), the others mix them (``--enable-mixed-chunk``).
+chunks off under speculative decoding), the others mix them (``--enable-mixed-chunk``) unless
+``--mixed-chunk off`` asks for sglang's default, prompt steps apart.
 """
 
 from __future__ import annotations
@@ -266,7 +267,7 @@ def evaluate_agg(planner: Planner, pricer: StepPricer, layout: Layout, quant: st
     lengths, chunk = lengths_of(planner), chunk_of(planner, layout.dp)
     shape = chunk_shape(lengths, max(1, chunk // layout.dp))
     cost = RankView(pricer.grid(layout, quant, batch, spec, shape, chunk), layout.dp)
-    policy = "separate" if spec is not None else "mixed"
+    policy = "mixed" if spec is None and r.serving.mixed_chunk else "separate"
     recv = recv_interval_of(planner, layout)
     engine = rank_policy(chunk, batch, layout.dp, policy, config.accept_length, recv,
                          planner.costs.overlapped(speculative=spec is not None))
@@ -330,8 +331,11 @@ def serving_notes(planner: Planner, disagg: Any = None) -> list[str]:
         f"steps) plus the engine's per-request host time; TPOT is the mean step between a request's tokens",
     ]
     if r.mode in ("agg", "both"):
-        notes.append(f"aggregated: decodes and prompt chunks share each step (sglang --enable-mixed-chunk); "
-                     f"speculative configurations run prompt steps apart (sglang turns mixing off with speculation); "
+        mixing = ("decodes and prompt chunks share each step (sglang --enable-mixed-chunk); speculative "
+                  "configurations run prompt steps apart (sglang turns mixing off with speculation)"
+                  if options.mixed_chunk else "each prompt step runs apart from the decodes (--mixed-chunk off, "
+                  "sglang's default)")
+        notes.append(f"aggregated: {mixing}; "
                      f"at most {ADMISSION_CEILING:.0%} of --max-running-requests in use on average (at a given "
                      f"rate, waits for a free slot are not modelled; with --concurrency, clients past the limit "
                      f"wait for one)")

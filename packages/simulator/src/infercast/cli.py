@@ -408,6 +408,10 @@ def add_serving_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--scheduler-recv-interval", type=_int, default=1, metavar="N",
                    help="sglang polls for new requests every N decode steps (default 1: every step); a request "
                         "arriving during decodes waits for the next poll")
+    g.add_argument("--mixed-chunk", default="on", metavar="on|off",
+                   help="on (default): prompt chunks share steps with the running decodes (sglang "
+                        "--enable-mixed-chunk; vLLM and TensorRT-LLM always do); off: sglang's default, each prompt "
+                        "step runs apart from the decodes")
     g.add_argument("--ttft-percentile", type=_float, default=90.0, metavar="P",
                    help="the TTFT percentile the SLO and the output use (default 90)")
     g.add_argument("--prefill-devices", default=None, metavar="LIST",
@@ -424,13 +428,16 @@ def serving_options(args: argparse.Namespace) -> Any:
 
     if args.mode not in MODES:
         raise InfercastError(f"unknown --mode {args.mode!r}; valid: {', '.join(MODES)}")
+    if args.mixed_chunk not in ("on", "off"):
+        raise InfercastError(f"unknown --mixed-chunk {args.mixed_chunk!r}; valid: on, off")
     lengths = load_lengths(args.length_distribution) if args.length_distribution else None
     return ServingOptions(
         request_rate=args.request_rate, concurrency=args.concurrency, lengths=lengths,
         chunked_prefill_size=args.chunked_prefill_size, ttft_percentile=args.ttft_percentile / 100,
         prefill_devices=parse_device_counts(args.prefill_devices, "--prefill-devices") if args.prefill_devices else None,
         decode_devices=parse_device_counts(args.decode_devices, "--decode-devices") if args.decode_devices else None,
-        transfer_backend=args.transfer_backend, scheduler_recv_interval=args.scheduler_recv_interval)
+        transfer_backend=args.transfer_backend, scheduler_recv_interval=args.scheduler_recv_interval,
+        mixed_chunk=args.mixed_chunk == "on")
 
 
 def serving_json(request: Any) -> dict:
@@ -440,7 +447,8 @@ def serving_json(request: Any) -> dict:
             "lengths": [list(row) for row in s.lengths.rows] if s.lengths else None,
             "prefill_devices": list(s.prefill_devices) if s.prefill_devices else None,
             "decode_devices": list(s.decode_devices) if s.decode_devices else None,
-            "transfer_backend": s.transfer_backend, "scheduler_recv_interval": s.scheduler_recv_interval}
+            "transfer_backend": s.transfer_backend, "scheduler_recv_interval": s.scheduler_recv_interval,
+            "mixed_chunk": s.mixed_chunk}
 
 
 def disagg_json(disagg: Any, launch: dict, notes: Sequence[str] = ()) -> dict | None:

@@ -374,6 +374,9 @@ class Engine:
 
     moe_all_to_all: MoEAllToAll = MoEAllToAll(None, False, "assumed: an all-to-all for every expert dtype and layout")
     """When expert parallelism runs through an all-to-all backend rather than the standard dispatcher."""
+    mixed_chunk_flag: str | None = None
+    """The server flag that mixes prompt chunks into decode steps, off by default (None: the
+    engine's scheduler always mixes them)."""
     recv_interval_flag: str | None = None
     """The server flag that makes the scheduler poll for requests only every N decode steps
     (None: the engine polls every step)."""
@@ -537,7 +540,7 @@ register(Engine(
     dense_kernels={"w4a16": "marlin"},
     moe_all_to_all=SGLANG_ALL_TO_ALL,
     # managers/scheduler_recv_skipper.py (0.5.9): polls after prompt steps, while idle, and every N decode steps
-    recv_interval_flag="--scheduler-recv-interval",
+    recv_interval_flag="--scheduler-recv-interval", mixed_chunk_flag="--enable-mixed-chunk",
     mla_pool_cast=SGLANG_MLA_POOL_CAST,
     static_memory=SGLANG_STATIC_MEMORY,
 ))

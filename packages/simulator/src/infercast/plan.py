@@ -222,6 +222,11 @@ class Planner:
             takes = [name for name, engine in ENGINES.items() if engine.recv_interval_flag]
             raise InfercastError(f"--scheduler-recv-interval is {', '.join(takes)}'s; {request.engine} polls for "
                                  f"requests every step (valid with --engine {' or '.join(takes)})")
+        if not request.serving.mixed_chunk and engine_named(request.engine).mixed_chunk_flag is None:
+            takes = [name for name, engine in ENGINES.items() if engine.mixed_chunk_flag]
+            raise InfercastError(f"--mixed-chunk off is {', '.join(takes)}'s default; {request.engine}'s scheduler "
+                                 f"always mixes prompt chunks into decode steps (valid with --engine "
+                                 f"{' or '.join(takes)}, or --mixed-chunk on)")
         for name, value in (("--input-length", request.input_length), ("--output-length", request.output_length)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InfercastError(f"{name} must be a positive whole number of tokens, got {value!r}")
@@ -626,7 +631,7 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
     cmd += overlap_flags("sglang", request)
     if config.serving:  # continuous batching as planned: the chunk budget, decodes mixed into prompt steps
         cmd += ["--chunked-prefill-size", str(config.serving["chunked_prefill_size"])]
-        cmd += ["--enable-mixed-chunk"] if config.serving["policy"] == "mixed" else []
+        cmd += [engine_named("sglang").mixed_chunk_flag] if config.serving["policy"] == "mixed" else []
         recv = config.serving.get("scheduler_recv_interval", 1)
         cmd += [engine_named("sglang").recv_interval_flag, str(recv)] if recv > 1 else []
     if config.spec is not None:
@@ -705,6 +710,9 @@ def launch_notes(request: PlanRequest, config: Config, spec: Any = None, *, expe
         notes.append(f"trtllm: enable_attention_dp gives every rank its own attention; the plan's "
                      f"{config.layout.describe()} shards attention over {config.layout.tp} ranks in each DP group, "
                      "which TensorRT-LLM has no setting for")
+    if config.serving and config.serving.get("mode") == "agg" and not request.serving.mixed_chunk:
+        notes.append("vllm, trtllm: their schedulers always mix prompt chunks into decode steps; the plan's TTFT and "
+                     "TPOT are sglang's with prompt steps apart (--mixed-chunk off)")
     asked = request.serving.scheduler_recv_interval
     if asked > 1 and config.layout.dp > 1:
         notes.append(f"sglang: --scheduler-recv-interval {asked} is refused with DP attention (its receive "

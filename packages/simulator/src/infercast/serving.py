@@ -160,6 +160,9 @@ class ServingOptions:
     transfer_backend: str = "mooncake"
     scheduler_recv_interval: int = 1
     """sglang's ``--scheduler-recv-interval``: decode steps between polls for new requests."""
+    mixed_chunk: bool = True
+    """Prompt chunks share steps with the running decodes (sglang ``--enable-mixed-chunk``, vLLM's
+    and TensorRT-LLM's scheduling); False: sglang's default, each prompt step runs apart."""
 
     def __post_init__(self) -> None:
         if self.request_rate is not None and self.concurrency is not None:

@@ -182,7 +182,7 @@ def test_disaggregated_expert_parallel_pools_name_their_deepep_mode_once() -> No
     request = PlanRequest(model="deepseek-ai/DeepSeek-V3", device="H100")
     planner = SimpleNamespace(request=request, device=SimpleNamespace(devices_per_node=8, cuda_arch=90),
                               spec_requests={}, expert_dtype=lambda quantization: "fp8_block",  # DeepSeek-V3's
-                              launch_fraction=lambda *pool: None)
+                              launch_fraction=lambda *pool, **options: None)
     ep16 = Layout(16, 1, 16, 16)
     config = SimpleNamespace(
         prefill=SimpleNamespace(layout=ep16, quantization=None, chunk=16384),
@@ -217,7 +217,7 @@ def test_two_batch_overlap_is_offered_and_launched_only_where_the_engine_has_an_
     request = PlanRequest(model="Qwen/Qwen3-235B-A22B", device="H100", engine="vllm")
     planner = SimpleNamespace(request=request, device=SimpleNamespace(devices_per_node=8, cuda_arch=90),
                               spec_requests={}, expert_dtype=lambda quantization: "bf16",
-                              launch_fraction=lambda *pool: None)
+                              launch_fraction=lambda *pool, **options: None)
     config = SimpleNamespace(
         prefill=SimpleNamespace(layout=ep, quantization=None, chunk=16384),
         decode=SimpleNamespace(layout=ep, quantization=None, batch=1024, spec=None, two_batch_overlap=True),

@@ -466,6 +466,18 @@ def test_sglangs_launch_asks_for_the_memory_share_the_plan_priced() -> None:
         assert asked.launch_fraction(config.layout, config.quantization, False) == 0.8
 
 
+def test_a_disaggregated_pool_keeps_no_memory_back_for_prefill_graphs() -> None:
+    """sglang captures no piecewise prefill graphs under PD disaggregation: Llama-3.1-70B on
+    4 x H200 defaults to 0.897 aggregated (graphs kept back, below the priced 0.9) and to 0.9 in a
+    disaggregated pool, whose command then needs no --mem-fraction-static."""
+    request = PlanRequest(model="meta-llama/Llama-3.1-70B-Instruct", device="H200", num_devices=(4,), batches=(8,),
+                          speculative=(), mode="static")
+    planner = Planner(request)
+    (config,) = planner.run().configs
+    assert planner.launch_fraction(config.layout, config.quantization, False) == 0.9
+    assert planner.launch_fraction(config.layout, config.quantization, False, disaggregated=True) is None
+
+
 def test_the_plot_legend_names_speculation_only_when_swept(tmp_path) -> None:
     from infercast.plan import plot
 

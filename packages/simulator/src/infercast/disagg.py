@@ -371,14 +371,16 @@ def launch_commands(planner: Planner, config: DisaggConfig) -> dict[str, list[li
     backend = r.serving.transfer_backend
     sg_prefill = sglang_command(r, prefill, per_node, spec, deepep_mode="normal",
                                 expert_dtype=planner.expert_dtype(p.quantization), cuda_arch=arch,
-                                mem_fraction=planner.launch_fraction(p.layout, p.quantization, False, chunk))[:-1] + [
+                                mem_fraction=planner.launch_fraction(p.layout, p.quantization, False, chunk,
+                                                                     disaggregated=True))[:-1] + [
         "--disaggregation-mode", "prefill", "--disaggregation-transfer-backend", backend,
         "--chunked-prefill-size", str(chunk), "--port", "30000", "--trust-remote-code"]
     sg_prefill = [a for i, a in enumerate(sg_prefill) if not (a == "--max-running-requests"
                                                             or (i and sg_prefill[i - 1] == "--max-running-requests"))]
     sg_decode = sglang_command(r, decode, per_node, spec, deepep_mode="low_latency",
                                expert_dtype=planner.expert_dtype(d.quantization), cuda_arch=arch,
-                               mem_fraction=planner.launch_fraction(d.layout, d.quantization, d.spec is not None))[:-1] + [
+                               mem_fraction=planner.launch_fraction(d.layout, d.quantization, d.spec is not None,
+                                                                    disaggregated=True))[:-1] + [
         "--disaggregation-mode", "decode", "--disaggregation-transfer-backend", backend]
     if d.two_batch_overlap and sglang_overlaps(planner, d):
         sg_decode += ["--enable-two-batch-overlap"]

@@ -329,19 +329,22 @@ class Planner:
         return self._built[key]
 
     def launch_fraction(self, layout: Layout, quant: str | None, speculative: bool,
-                        chunk: int | None = None) -> float | None:
+                        chunk: int | None = None, *, disaggregated: bool = False) -> float | None:
         """The ``--mem-fraction-static`` sglang's launch command needs to serve ``layout`` with the
         share of each device the plan priced: the request's, else the default share where sglang's
         own default for this launch is smaller (:attr:`~infercast.engines.Engine.static_memory`);
         None where sglang's default gives at least as much. ``chunk``: the instance's prompt tokens a
-        step where it is not the request's (a disaggregated prefill pool)."""
+        step where it is not the request's (a disaggregated prefill pool); ``disaggregated``: a
+        prefill or decode pool, which sglang launches without piecewise prefill graphs, so their
+        memory is not kept back."""
         if self.request.mem_fraction_static is not None:
             return self.request.mem_fraction_static
         built, ctx = self._model(layout, quant)
         version = self.costs.engine_version if self.request.engine == "sglang" else None
         share = default_memory_share(engine_named("sglang").static_memory, version, self.device, built, ctx,
                                      self.config, speculative=speculative,
-                                     chunk=chunk or self.request.serving.chunked_prefill_size)[0]
+                                     chunk=chunk or self.request.serving.chunked_prefill_size,
+                                     prefill_graphs=False if disaggregated else None)[0]
         return self.memory.fraction if share < self.memory.fraction else None
 
     def expert_dtype(self, quant: str | None) -> str:

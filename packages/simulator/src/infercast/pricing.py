@@ -92,15 +92,16 @@ def mla_pool_cast(model: CostModel, built: BuiltModel, ctx: SimContext, *,
 
 def default_memory_share(rule: StaticMemory, version: str | None, device: DeviceSpec, built: BuiltModel,
                          ctx: SimContext, config: Any, *, speculative: bool,
-                         chunk: int | None = None) -> tuple[float, float]:
+                         chunk: int | None = None, prefill_graphs: bool | None = None) -> tuple[float, float]:
     """(share of each device, MiB kept back) that the engine's ``rule`` at ``version`` takes by
     default for this deployment: sglang's --tp-size counts every GPU, DP attention where DP > 1,
-    its default prompt chunk unless ``chunk``, prefill CUDA graphs where ``ctx`` captures them,
-    the vision tower of a vision-language ``config``."""
+    its default prompt chunk unless ``chunk``, prefill CUDA graphs where ``ctx`` captures them
+    (``prefill_graphs`` where given: a disaggregated pool captures none), the vision tower of a
+    vision-language ``config``."""
     vision = getattr(config, "vision_config", None) if built.sim.vision is not None else None
     return rule.default(version, device.memory_bytes, tp=ctx.parallel.num_devices, dp=ctx.parallel.dp,
                         chunk=chunk or default_chunk(device.memory_bytes, "sglang", device.name),
-                        prefill_graphs=ctx.prefill_graph_tokens > 0,
+                        prefill_graphs=ctx.prefill_graph_tokens > 0 if prefill_graphs is None else prefill_graphs,
                         mla=has_mla(built),
                         speculative=speculative, vision=vision)
 

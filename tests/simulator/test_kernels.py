@@ -485,3 +485,28 @@ def test_sglang_on_hopper_casts_the_whole_fp8_mla_pool_in_every_layer() -> None:
     # Blackwell's trtllm_mla and vLLM read FP8 as it is
     for other in (run(kv_cache_dtype="fp8", device="B200"), run(kv_cache_dtype="fp8", engine="vllm")):
         assert not rows(other, "kv_pool_cast") and not any("pool cast" in note for note in other.notes)
+
+
+def test_context_mla_rows_timing_the_absorbed_form_do_not_price_the_expanded_prefill() -> None:
+    """sglang's sm_90 context MLA table times FA3's absorbed branch (576/512 wide, one KV head),
+    3.4 times the FLOPs of the expanded 192/128 form sglang prefills new prompts in; its rows are
+    left out, Blackwell's trtllm_mla and TensorRT-LLM's (expanded) kept."""
+    columns = {"kernel_source": ["flash_attention", "trtllm_mla", "default"], "mla_dtype": ["bfloat16"] * 3,
+               "kv_cache_dtype": ["bfloat16"] * 3, "num_heads": [16] * 3, "isl": [8192] * 3, "batch_size": [1] * 3,
+               "latency": [1.99, 0.315, 0.633]}
+    assert [row[-1] for row in aic._context_mla(columns, {})] == [pytest.approx(315.0), pytest.approx(633.0)]
+    from infercast.simulate import UserInput, simulate
+
+    def attention_per_layer(device: str) -> tuple[float, str]:
+        result = simulate(UserInput(model="deepseek-ai/DeepSeek-R1", device=device, num_devices=8, tp_size=8,
+                                    query_length=8192))
+        row = next(r for r in result.ops if r.name.startswith("mla_prefill_attention"))
+        return row.total_ms / row.count, row.source
+
+    # 16 heads a rank, causal over 8,192 tokens, (192 + 128) x 2 FLOP a (query, key) pair and head
+    flops = 16 * 8192 ** 2 / 2 * 320 * 2
+    hopper_ms, source = attention_per_layer("H200")
+    assert source == "analytic"
+    assert flops / 989e12 * 1e3 < hopper_ms < 1.0  # above the bf16 peak's time, below the absorbed table's 1.99 ms
+    blackwell_ms, source = attention_per_layer("B200")
+    assert source in ("measured", "interpolated") and blackwell_ms == pytest.approx(0.315, rel=0.05)

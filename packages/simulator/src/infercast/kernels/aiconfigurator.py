@@ -144,10 +144,24 @@ def _attention(context: bool) -> Converter:
     return convert
 
 
+ABSORBED_CONTEXT_MLA = frozenset({"flash_attention"})
+"""``kernel_source`` of context MLA tables that time the absorbed form, not the expanded one
+``context_mla`` prices. aiconfigurator's sglang 0.5.14 collector (``collector/sglang/collect_mla.py``)
+builds one ``RadixAttention`` with 576-wide q/k, 512-wide v and one KV head on the FA3 backend
+(sm_90: ``flash_attention``), whose ``forward_extend`` then runs the absorbed branch
+(``flash_attn_with_kvcache`` with ``qv``): about 600 TFLOP/s counted at those widths on H100 and
+H200, 175 counted at the 192/128 of the expanded form. sglang prefills a batch without a cached
+prefix (or with at least 8,192 cached tokens) in the expanded form, 3.4 times fewer FLOPs
+(``_handle_attention_backend``, models/deepseek_common/attention_backend_handler.py, 0.5.9).
+Blackwell's ``trtllm_mla`` rows time the expanded form (1,090 TFLOP/s at 8K tokens on a B200,
+above its dense peak if counted absorbed) and stay."""
+
+
 def _context_mla(c: dict[str, list], opts: dict[str, Any]) -> list[tuple]:
-    return [(DTYPES[d], DTYPES[kv], h, isl, b, lat * 1e3) for d, kv, h, isl, b, lat in
-            zip(c["mla_dtype"], c["kv_cache_dtype"], c["num_heads"], c["isl"], c["batch_size"], c["latency"])
-            if d in DTYPES and kv in DTYPES]
+    return [(DTYPES[d], DTYPES[kv], h, isl, b, lat * 1e3) for src, d, kv, h, isl, b, lat in
+            zip(c["kernel_source"], c["mla_dtype"], c["kv_cache_dtype"], c["num_heads"], c["isl"], c["batch_size"],
+                c["latency"])
+            if d in DTYPES and kv in DTYPES and src not in ABSORBED_CONTEXT_MLA]
 
 
 def _generation_mla(c: dict[str, list], opts: dict[str, Any]) -> list[tuple]:
@@ -294,7 +308,8 @@ SOURCES: dict[str, list[tuple[str, str, tuple[str, ...], Converter]]] = {
                               ("kernel_source", "attn_dtype", "kv_cache_dtype", "num_heads", "num_key_value_heads",
                                "head_dim", "isl", "step", "batch_size", "latency"), _attention(False))],
     "context_mla": [("mla", "context_mla_perf.parquet",
-                     ("mla_dtype", "kv_cache_dtype", "num_heads", "isl", "batch_size", "latency"), _context_mla)],
+                     ("kernel_source", "mla_dtype", "kv_cache_dtype", "num_heads", "isl", "batch_size", "latency"),
+                     _context_mla)],
     "generation_mla": [("mla", "generation_mla_perf.parquet",
                         ("kv_cache_dtype", "num_heads", "isl", "step", "batch_size", "latency"), _generation_mla)],
     "mla_bmm": [("mla_bmm", "mla_bmm_perf.parquet", ("op_name", "bmm_dtype", "num_heads", "num_tokens", "latency"),
@@ -374,7 +389,7 @@ def load(kind_name: str, system: str, engine: str, version: str, options: dict[s
     return table
 
 
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3
 """Bump when the conversion changes, so old cached tables are not read."""
 
 

@@ -510,3 +510,19 @@ def test_context_mla_rows_timing_the_absorbed_form_do_not_price_the_expanded_pre
     assert flops / 989e12 * 1e3 < hopper_ms < 1.0  # above the bf16 peak's time, below the absorbed table's 1.99 ms
     blackwell_ms, source = attention_per_layer("B200")
     assert source in ("measured", "interpolated") and blackwell_ms == pytest.approx(0.315, rel=0.05)
+
+
+def test_a_table_priced_gemm_carries_its_activation_quantization_an_analytic_one_does_not() -> None:
+    """aiconfigurator's GEMM collectors time the activation quantization with the GEMM (sglang:
+    per-token-group quant + DeepGEMM), so the quantize kernel before a table-priced quant_gemm
+    costs nothing apart; before an analytic GEMM (the H20 has no tables) it keeps its price."""
+    from infercast.simulate import UserInput, simulate
+
+    def quantize_rows(device: str) -> list:
+        result = simulate(UserInput(model="deepseek-ai/DeepSeek-R1", device=device, num_devices=8, tp_size=8,
+                                    decode=True, num_queries=4, context_length=1024))
+        return [r for r in result.ops if r.name.startswith("quantize_activation")]
+
+    tabled = quantize_rows("H200")
+    assert tabled and all(r.total_ms == 0.0 and "inside the GEMM's gemm sglang" in r.origin for r in tabled)
+    assert all(r.total_ms > 0.0 and r.source == "analytic" for r in quantize_rows("H20"))

@@ -49,7 +49,8 @@ class StepTime:
 
 def price_records(records: list[OpRecord], model: CostModel, phase: Phase) -> Priced_:
     """Each record priced; where ``phase.kv_pool_tokens`` says the engine casts the FP8 KV pool,
-    each MLA decode attention is preceded by that cast, its own kernel."""
+    each MLA decode attention is preceded by that cast, its own kernel. Activation
+    quantization that a GEMM table already times is folded into it (:func:`fold_quantization`)."""
     priced = []
     for r in records:
         if phase.kv_pool_tokens and r.name == "infercast::mla_attention":
@@ -57,7 +58,27 @@ def price_records(records: list[OpRecord], model: CostModel, phase: Phase) -> Pr
                             {"pool_tokens": phase.kv_pool_tokens, "width": r["latent_cache"].shape[-1]})
             priced.append((cast, model.price(cast, phase)))
         priced.append((r, model.price(r, phase)))
-    return priced
+    return fold_quantization(priced)
+
+
+def fold_quantization(priced: Priced_) -> Priced_:
+    """A quantized GEMM read from a kernel table was timed with the quantization of its input:
+    aiconfigurator's collectors time sglang's ``sglang_per_token_group_quant_fp8`` + DeepGEMM
+    (fp8_block) and ``sgl_per_token_quant_fp8`` + ``fp8_scaled_mm`` (fp8) as one op, and
+    TensorRT-LLM's and vLLM's ``Linear.forward``, which quantizes its own input
+    (``collector/*/collect_gemm.py``); a calibration table's ``gemm`` rows mean the same. So the
+    ``quantize_activation`` before such a GEMM (same module and layer) costs nothing of its own:
+    it stays a row, its kernel still launched, at zero time, saying where its time is. Before an
+    analytically priced GEMM it keeps its own price."""
+    out = list(priced)
+    for i, (r, p) in enumerate(out):
+        if r.name != "infercast::quantize_activation":
+            continue
+        gemm = next((gp for g, gp in out[i + 1:] if g.name == "infercast::quant_gemm" and g.path == r.path
+                     and g.layer == r.layer), None)
+        if gemm is not None and gemm.source != "analytic":
+            out[i] = (r, Priced(0.0, p.bound, gemm.source, f"inside the GEMM's {gemm.origin} (timed with it)"))
+    return out
 
 
 def forward_seconds(records: list[OpRecord], model: CostModel, phase: Phase) -> float:

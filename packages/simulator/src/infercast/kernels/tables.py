@@ -8,7 +8,7 @@ answer the same queries.
 
 | kind | keys | axes | one call is |
 |---|---|---|---|
-| ``gemm`` | dtype | m, n, k | ``[m, k] @ [k, n]`` |
+| ``gemm`` | dtype | m, n, k | ``[m, k] @ [k, n]``; with 8-bit or 4-bit activations (``fp8``, ``fp8_block``, ``int8``, ``nvfp4``) also quantizing the ``[m, k]`` input, as aiconfigurator's collectors time it |
 | ``context_attention`` | dtype, kv_dtype, head_dim, kv_heads | heads, isl, batch | causal prefill attention of ``batch`` sequences of ``isl`` tokens |
 | ``generation_attention`` | kv_dtype, head_dim, kv_heads | heads, batch, kv_len | one new token per sequence over ``kv_len`` cached |
 | ``context_mla`` | dtype, kv_dtype | heads, isl, batch | MLA prefill attention (DeepSeek-V3 geometry: q/k 192, v 128) |

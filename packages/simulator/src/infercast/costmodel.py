@@ -208,6 +208,10 @@ def _why_analytic(record: OpRecord, query: Query | None, model: CostModel) -> st
         return "no measured tables"
     if query is None:
         return "no table kind"
+    from infercast.kernels.aiconfigurator import EAGER_TIMED_GEMMS
+
+    if query.kind == "gemm" and query.key[0] in EAGER_TIMED_GEMMS.get(model.engine.tables, ()):
+        return f"{model.engine.name}'s {query.key[0]} GEMM table was timed eagerly, host launches included: left out"
     return f"no {query.kind} table for {'/'.join(str(k) for k in query.key)}"
 
 

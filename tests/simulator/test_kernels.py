@@ -542,3 +542,18 @@ def test_vllms_eagerly_timed_fp8_block_gemm_rows_are_left_out() -> None:
     assert rows["gemm (layers.*.mlp.gate)"].source != "analytic"  # bf16, graph-timed
     table = aic.load("gemm", "h200_sxm", "vllm", "0.24.0")
     assert ("bf16",) in table.keys() and ("fp8_block",) not in table.keys()
+
+
+def test_sglang_prefills_an_fp8_cache_with_fp8_queries_and_vllm_with_bf16_ones() -> None:
+    """sglang's FA3 casts queries to the cache dtype (head dim <= 256), so an FP8-cache prefill
+    reads the tables' fp8/fp8 rows (faster than bf16's); vLLM's tables have bf16/fp8 rows."""
+    from infercast.simulate import UserInput, simulate
+
+    def attention(engine: str, kv: str):
+        result = simulate(UserInput(model="meta-llama/Llama-3.1-8B-Instruct", device="H200", num_devices=1,
+                                    engine=engine, query_length=16384, kv_cache_dtype=kv))
+        return next(r for r in result.ops if r.name.startswith("attention "))
+
+    fp8, bf16 = attention("sglang", "fp8"), attention("sglang", "bf16")
+    assert fp8.source != "analytic" and bf16.source != "analytic" and fp8.total_ms < bf16.total_ms
+    assert attention("vllm", "fp8").source != "analytic"

@@ -301,8 +301,9 @@ def _attention_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Ph
 
     prefix = kv_len - q_len
     scale = (kv_len ** 2 - prefix ** 2) / kv_len ** 2
-    return Query("context_attention", ("bf16", kv_dtype, head_dim, kv_key), (heads, kv_len, seqs), shape, scale,
-                 EXTRAPOLATED)
+    fp8_queries = model.engine.fp8_prefill_attention and kv_dtype == "fp8" and head_dim <= 256
+    return Query("context_attention", ("fp8" if fp8_queries else "bf16", kv_dtype, head_dim, kv_key),
+                 (heads, kv_len, seqs), shape, scale, EXTRAPOLATED)
 
 
 def _attention_shape(device, heads, kv_heads, head_dim, seqs, q_len, kv_len, kv_dtype, v_dim=None,

@@ -374,6 +374,9 @@ class Engine:
 
     moe_all_to_all: MoEAllToAll = MoEAllToAll(None, False, "assumed: an all-to-all for every expert dtype and layout")
     """When expert parallelism runs through an all-to-all backend rather than the standard dispatcher."""
+    fp8_prefill_attention: bool = False
+    """With an FP8 KV cache, prefill attention casts its queries to FP8 and runs in FP8 (head
+    dims up to 256), so it is read from the tables' FP8/FP8 rows, not their bf16-query ones."""
     mixed_chunk_flag: str | None = None
     """The server flag that mixes prompt chunks into decode steps, off by default (None: the
     engine's scheduler always mixes them)."""
@@ -541,6 +544,10 @@ register(Engine(
     moe_all_to_all=SGLANG_ALL_TO_ALL,
     # managers/scheduler_recv_skipper.py (0.5.9): polls after prompt steps, while idle, and every N decode steps
     recv_interval_flag="--scheduler-recv-interval", mixed_chunk_flag="--enable-mixed-chunk",
+    # FlashAttentionBackend.forward_extend casts q to the cache dtype when kv_cache_dtype != "auto"
+    # and head_dim <= 256 (layers/attention/flashattention_backend.py, 0.5.9); aiconfigurator's
+    # fa3 and trtllm_mha context tables hold fp8/fp8 rows and no bf16/fp8 ones
+    fp8_prefill_attention=True,
     mla_pool_cast=SGLANG_MLA_POOL_CAST,
     static_memory=SGLANG_STATIC_MEMORY,
 ))

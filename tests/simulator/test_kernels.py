@@ -524,7 +524,7 @@ def test_a_table_priced_gemm_carries_its_activation_quantization_an_analytic_one
         return [r for r in result.ops if r.name.startswith("quantize_activation")]
 
     tabled = quantize_rows("H200")
-    assert tabled and all(r.total_ms == 0.0 and "inside the GEMM's gemm sglang" in r.origin for r in tabled)
+    assert tabled and all(r.total_ms == 0.0 and "inside gemm sglang" in r.origin for r in tabled)
     assert all(r.total_ms > 0.0 and r.source == "analytic" for r in quantize_rows("H20"))
 
 
@@ -557,3 +557,20 @@ def test_sglang_prefills_an_fp8_cache_with_fp8_queries_and_vllm_with_bf16_ones()
     fp8, bf16 = attention("sglang", "fp8"), attention("sglang", "bf16")
     assert fp8.source != "analytic" and bf16.source != "analytic" and fp8.total_ms < bf16.total_ms
     assert attention("vllm", "fp8").source != "analytic"
+
+
+@pytest.mark.parametrize(("engine", "write", "folded"), [("sglang", "kv_cache_write", True),
+                                                          ("trtllm", "rope_kv_cache_write", True),
+                                                          ("vllm", "kv_cache_write", False)])
+def test_the_cache_write_is_inside_the_attention_rows_where_the_engines_attention_call_stores(engine, write,
+                                                                                              folded) -> None:
+    """sglang's RadixAttention stores k/v inside the call the tables time, TensorRT-LLM's
+    attention op applies RoPE and appends to the cache: their cache-write rows cost nothing
+    apart; vLLM (from 0.16) updates the cache outside the attention kernel it times."""
+    from infercast.simulate import UserInput, simulate
+
+    rows = simulate(UserInput(model="meta-llama/Llama-3.1-8B-Instruct", device="H100", num_devices=1, engine=engine,
+                              decode=True, num_queries=1)).ops
+    row = next(r for r in rows if r.name.startswith(write + " "))
+    assert (row.total_ms == 0.0) is folded
+    assert ("inside generation_attention" in row.origin) is folded

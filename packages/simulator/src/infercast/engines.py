@@ -374,6 +374,9 @@ class Engine:
 
     moe_all_to_all: MoEAllToAll = MoEAllToAll(None, False, "assumed: an all-to-all for every expert dtype and layout")
     """When expert parallelism runs through an all-to-all backend rather than the standard dispatcher."""
+    attention_writes_cache: bool = False
+    """The engine's attention call stores the step's new keys and values (and, in TensorRT-LLM,
+    applies RoPE) inside it, so the tables' attention rows include that write."""
     fp8_prefill_attention: bool = False
     """With an FP8 KV cache, prefill attention casts its queries to FP8 and runs in FP8 (head
     dims up to 256), so it is read from the tables' FP8/FP8 rows, not their bf16-query ones."""
@@ -548,6 +551,8 @@ register(Engine(
     # and head_dim <= 256 (layers/attention/flashattention_backend.py, 0.5.9); aiconfigurator's
     # fa3 and trtllm_mha context tables hold fp8/fp8 rows and no bf16/fp8 ones
     fp8_prefill_attention=True,
+    # RadixAttention.forward -> backend.forward(..., save_kv_cache=True) stores k/v in the same call
+    attention_writes_cache=True,
     mla_pool_cast=SGLANG_MLA_POOL_CAST,
     static_memory=SGLANG_STATIC_MEMORY,
 ))
@@ -575,6 +580,9 @@ register(Engine(
 register(Engine(
     name="trtllm", tables="trtllm",
     attention_lanes=("torch_flow", "default"),
+    # its attention op takes the fused QKV and applies RoPE, appends to the cache and attends in
+    # one call (aiconfigurator collector/trtllm/collect_attn.py times attn.forward(input_qkv, ...))
+    attention_writes_cache=True,
     moe_kernels={"bf16": ("cutlass",), "fp8_block": ("cutlass", "deepgemm"), "fp8": ("cutlass",),
                  "mxfp4_w4a16": ("moe_torch_flow",), "nvfp4": ("cutlass", "trtllm")},
     custom_all_reduce=True, decode_graph_max_batch=128, prefill_graphs=None,

@@ -50,7 +50,8 @@ class StepTime:
 def price_records(records: list[OpRecord], model: CostModel, phase: Phase) -> Priced_:
     """Each record priced; where ``phase.kv_pool_tokens`` says the engine casts the FP8 KV pool,
     each MLA decode attention is preceded by that cast, its own kernel. Activation
-    quantization that a GEMM table already times is folded into it (:func:`fold_quantization`)."""
+    quantization and cache writes that a kernel table already times are folded into it
+    (:func:`fold_into_tables`)."""
     priced = []
     for r in records:
         if phase.kv_pool_tokens and r.name == "infercast::mla_attention":
@@ -58,26 +59,44 @@ def price_records(records: list[OpRecord], model: CostModel, phase: Phase) -> Pr
                             {"pool_tokens": phase.kv_pool_tokens, "width": r["latent_cache"].shape[-1]})
             priced.append((cast, model.price(cast, phase)))
         priced.append((r, model.price(r, phase)))
-    return fold_quantization(priced)
+    return fold_into_tables(priced, writes_cache=model.engine.attention_writes_cache)
 
 
-def fold_quantization(priced: Priced_) -> Priced_:
-    """A quantized GEMM read from a kernel table was timed with the quantization of its input:
-    aiconfigurator's collectors time sglang's ``sglang_per_token_group_quant_fp8`` + DeepGEMM
-    (fp8_block) and ``sgl_per_token_quant_fp8`` + ``fp8_scaled_mm`` (fp8) as one op, and
-    TensorRT-LLM's and vLLM's ``Linear.forward``, which quantizes its own input
-    (``collector/*/collect_gemm.py``); a calibration table's ``gemm`` rows mean the same. So the
-    ``quantize_activation`` before such a GEMM (same module and layer) costs nothing of its own:
-    it stays a row, its kernel still launched, at zero time, saying where its time is. Before an
-    analytically priced GEMM it keeps its own price."""
+ATTENTION_STORING_CACHE = frozenset({"infercast::attention", "infercast::mla_attention"})
+FOLDED_INTO = {
+    "infercast::quantize_activation": frozenset({"infercast::quant_gemm"}),
+    "infercast::kv_cache_write": ATTENTION_STORING_CACHE,
+    "infercast::rope_kv_cache_write": frozenset({"infercast::attention"}),
+}
+"""Ops a kernel table times inside the op after them (same module and layer):
+
+- a quantized GEMM was timed with the quantization of its input: aiconfigurator's collectors
+  time sglang's ``sglang_per_token_group_quant_fp8`` + DeepGEMM (fp8_block) and
+  ``sgl_per_token_quant_fp8`` + ``fp8_scaled_mm`` (fp8) as one op, and TensorRT-LLM's and
+  vLLM's ``Linear.forward``, which quantizes its own input (``collector/*/collect_gemm.py``);
+- an attention kernel was timed with the cache write before it where the engine's attention
+  call stores the new keys and values itself (:attr:`~infercast.engines.Engine.attention_writes_cache`):
+  sglang's collectors call ``RadixAttention`` with ``save_kv_cache`` (``set_kv_buffer``, for
+  MLA ``set_mla_kv_buffer``), TensorRT-LLM's ``attn.forward`` applies RoPE and writes the cache.
+  MLA prefill attention is not folded: sglang writes the latent cache in the module, before
+  an attention call that does not store.
+"""
+
+
+def fold_into_tables(priced: Priced_, *, writes_cache: bool = False) -> Priced_:
+    """Each op of :data:`FOLDED_INTO` whose consumer a kernel table priced costs nothing of its
+    own: it stays a row, its kernel still launched, at zero time, saying where its time is. Before
+    an analytically priced consumer it keeps its own price. A calibration table's rows mean the
+    same as the shipped tables'."""
     out = list(priced)
     for i, (r, p) in enumerate(out):
-        if r.name != "infercast::quantize_activation":
+        consumers = FOLDED_INTO.get(r.name)
+        if consumers is None or (r.name != "infercast::quantize_activation" and not writes_cache):
             continue
-        gemm = next((gp for g, gp in out[i + 1:] if g.name == "infercast::quant_gemm" and g.path == r.path
-                     and g.layer == r.layer), None)
-        if gemm is not None and gemm.source != "analytic":
-            out[i] = (r, Priced(0.0, p.bound, gemm.source, f"inside the GEMM's {gemm.origin} (timed with it)"))
+        consumer = next((cp for c, cp in out[i + 1:] if c.name in consumers and c.path == r.path
+                         and c.layer == r.layer), None)
+        if consumer is not None and consumer.source != "analytic":
+            out[i] = (r, Priced(0.0, p.bound, consumer.source, f"inside {consumer.origin} (timed with it)"))
     return out
 
 

@@ -12,11 +12,13 @@
   M1's own loaded runs are in reference_points.py.
 
 Each row is the planner's TP-only configuration at the published concurrency (the clients, not
-a measured mean: the cookbook does not print one), with the planner's continuous
-batching (prompt chunks mixed into decode steps, except where the engine ran them apart). `--simulate-clients` adds, for NIM's fixed
-lengths, the TTFT of the same step costs with the clients simulated one by one (all start at
-once, each sends its next request as its last ends: `simulate_engine(..., clients=N)`), which
-shows what clients that stay in step would see. Nothing here feeds the simulator. Run:
+a measured mean: the cookbook does not print one), with the planner's continuous batching
+(prompt chunks mixed into decode steps, except where the engine ran them apart).
+`--simulate-clients` adds the TTFT of the same step costs with the clients simulated one by one
+(all start at once, each sends its next request as its last ends: `simulate_engine(...,
+clients=N)`): for NIM's fixed lengths past a warm-up, which shows what clients that stay in step
+would see; for the cookbook its whole runs of 5 x N prompts, the first wave included. Nothing
+here feeds the simulator. Run:
 .venv/bin/python benchmarks/serving_points.py [--simulate-clients]
 """
 

@@ -198,9 +198,10 @@ def as_run(row: dict, model: str) -> dict:
     engine, version = row["backend"], row["backend_version"]
     if not version:
         return {}
-    since = engine_named(engine).overlap_since
+    policy = engine_named(engine)
+    since = policy.overlap_since
     overlap = "auto" if since is None else "on" if reaches(version, since) else "off"
-    return {"overlap_scheduling": overlap, "prefill_cuda_graph": engine_named(engine).prefill_graphs_as(version),
+    return {"overlap_scheduling": overlap, "prefill_cuda_graph": policy.prefill_graphs_as(version),
             "all_reduce_fusion": fusion_in(version, model, DEVICES[row["system"]], int(row["tp_size"]), engine)}
 
 

@@ -26,6 +26,7 @@ from infercast import analytic
 from infercast.cost import COMPUTE_DTYPE, OpCost, cost_of
 from infercast.devices import DeviceSpec
 from infercast.engines import Engine, HostCost, engine_named
+from infercast.kernels.aiconfigurator import EAGER_TIMED_GEMMS
 from infercast.kernels.grid import EXTRAPOLATED, INTERPOLATED, Answer
 from infercast.trace import OpRecord
 
@@ -208,8 +209,6 @@ def _why_analytic(record: OpRecord, query: Query | None, model: CostModel) -> st
         return "no measured tables"
     if query is None:
         return "no table kind"
-    from infercast.kernels.aiconfigurator import EAGER_TIMED_GEMMS
-
     if query.kind == "gemm" and query.key[0] in EAGER_TIMED_GEMMS.get(model.engine.tables, ()):
         return f"{model.engine.name}'s {query.key[0]} GEMM table was timed eagerly, host launches included: left out"
     return f"no {query.kind} table for {'/'.join(str(k) for k in query.key)}"

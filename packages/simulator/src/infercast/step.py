@@ -62,36 +62,34 @@ def price_records(records: list[OpRecord], model: CostModel, phase: Phase) -> Pr
     return fold_into_tables(priced, writes_cache=model.engine.attention_writes_cache)
 
 
-ATTENTION_STORING_CACHE = frozenset({"infercast::attention", "infercast::mla_attention"})
-FOLDED_INTO = {
-    "infercast::quantize_activation": frozenset({"infercast::quant_gemm"}),
-    "infercast::kv_cache_write": ATTENTION_STORING_CACHE,
+QUANTIZE_INTO = {"infercast::quantize_activation": frozenset({"infercast::quant_gemm"})}
+"""A quantized GEMM's table timed the quantization of its input with it: aiconfigurator's
+collectors time sglang's ``sglang_per_token_group_quant_fp8`` + DeepGEMM (fp8_block) and
+``sgl_per_token_quant_fp8`` + ``fp8_scaled_mm`` (fp8) as one op, and TensorRT-LLM's and vLLM's
+``Linear.forward``, which quantizes its own input (``collector/*/collect_gemm.py``)."""
+CACHE_WRITE_INTO = {
+    "infercast::kv_cache_write": frozenset({"infercast::attention", "infercast::mla_attention"}),
     "infercast::rope_kv_cache_write": frozenset({"infercast::attention"}),
 }
-"""Ops a kernel table times inside the op after them (same module and layer):
-
-- a quantized GEMM was timed with the quantization of its input: aiconfigurator's collectors
-  time sglang's ``sglang_per_token_group_quant_fp8`` + DeepGEMM (fp8_block) and
-  ``sgl_per_token_quant_fp8`` + ``fp8_scaled_mm`` (fp8) as one op, and TensorRT-LLM's and
-  vLLM's ``Linear.forward``, which quantizes its own input (``collector/*/collect_gemm.py``);
-- an attention kernel was timed with the cache write before it where the engine's attention
-  call stores the new keys and values itself (:attr:`~infercast.engines.Engine.attention_writes_cache`):
-  sglang's collectors call ``RadixAttention`` with ``save_kv_cache`` (``set_kv_buffer``, for
-  MLA ``set_mla_kv_buffer``), TensorRT-LLM's ``attn.forward`` applies RoPE and writes the cache.
-  MLA prefill attention is not folded: sglang writes the latent cache in the module, before
-  an attention call that does not store.
-"""
+"""An attention table timed the cache write before it where the engine's attention call stores
+the new keys and values itself (:attr:`~infercast.engines.Engine.attention_writes_cache`):
+sglang's collectors call ``RadixAttention`` with ``save_kv_cache`` (``set_kv_buffer``, for MLA
+``set_mla_kv_buffer``), TensorRT-LLM's ``attn.forward`` applies RoPE and writes the cache. MLA
+prefill attention is not here: sglang writes the latent cache in the module, before an attention
+call that does not store."""
 
 
 def fold_into_tables(priced: Priced_, *, writes_cache: bool = False) -> Priced_:
-    """Each op of :data:`FOLDED_INTO` whose consumer a kernel table priced costs nothing of its
-    own: it stays a row, its kernel still launched, at zero time, saying where its time is. Before
-    an analytically priced consumer it keeps its own price. A calibration table's rows mean the
-    same as the shipped tables'."""
+    """Each op of :data:`QUANTIZE_INTO` (and, where the engine's attention call stores the cache,
+    :data:`CACHE_WRITE_INTO`) whose consumer in the same module and layer a kernel table priced
+    costs nothing of its own: it stays a row, its kernel still launched, at zero time, saying
+    where its time is. Before an analytically priced consumer it keeps its own price. A
+    calibration table's rows mean the same as the shipped tables'."""
+    folded = {**QUANTIZE_INTO, **(CACHE_WRITE_INTO if writes_cache else {})}
     out = list(priced)
     for i, (r, p) in enumerate(out):
-        consumers = FOLDED_INTO.get(r.name)
-        if consumers is None or (r.name != "infercast::quantize_activation" and not writes_cache):
+        consumers = folded.get(r.name)
+        if consumers is None:
             continue
         consumer = next((cp for c, cp in out[i + 1:] if c.name in consumers and c.path == r.path
                          and c.layer == r.layer), None)

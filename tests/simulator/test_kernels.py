@@ -78,6 +78,24 @@ def test_the_installed_package_provides_the_tables() -> None:
     assert answer.quality == EXACT and 3 < answer.value < 30  # microseconds for one small bf16 GEMM
 
 
+def test_a_version_takes_its_own_points_then_older_then_the_newest() -> None:
+    """sglang 0.5.9 on an H200 has all-reduce tables only: its older 0.5.6.post2 fills the
+    all-reduce points it lacks, and its GEMM and MoE points come from the newest version
+    (0.5.14), not from the nearer 0.5.10."""
+    versions = aic.engine_versions("h200_sxm", "sglang")
+    assert {"0.5.6.post2", "0.5.9", "0.5.10", "0.5.14"} <= set(versions)
+    origins = [origin for _, origin, *_ in aic._plan("all_reduce", "h200_sxm", "sglang", "0.5.9")]
+    assert origins == ["sglang 0.5.9", "sglang 0.5.6.post2", "sglang 0.5.14", "sglang 0.5.10"]
+    moe_perf = [origin for path, origin, *_ in aic._plan("moe", "h200_sxm", "sglang", "0.5.9")
+                if path.name == "moe_perf.parquet"]
+    assert moe_perf == ["sglang 0.5.14", "sglang 0.5.10"]
+    model = CostModel(DEVICES["H200"], "sglang", "0.5.9")
+    priced = model.price(gemm(1, 7168, 2048), DECODE)
+    assert priced.source == EXACT and priced.origin == "gemm sglang 0.5.14"
+    newest = CostModel(DEVICES["H200"], "sglang").price(gemm(1, 7168, 2048), DECODE)
+    assert priced.seconds == newest.seconds
+
+
 def test_an_unreadable_table_is_an_error_naming_the_file(tmp_path) -> None:
     bad = tmp_path / "gemm_perf.parquet"
     bad.write_bytes(b"not a parquet file")
@@ -231,18 +249,18 @@ def test_a_dense_int4_gemm_streams_at_marlins_figure_where_the_engine_runs_marli
 
 
 def test_an_int4_moe_no_table_covers_streams_at_marlins_figure_near_the_measured_marlin_moe() -> None:
-    """sglang 0.5.6.post2 on H200 has MoE tables for DeepEP only: Kimi-K2.5's INT4 experts are
-    then priced analytically, at Marlin's stream (the engine's MoE kernel), and land within 20%
-    of the newest tables' measured Marlin MoE; the generic stream was 31-45% too fast."""
+    """Priced analytically, Kimi-K2.5's INT4 experts on H200 stream at Marlin's rate (the
+    engine's MoE kernel) and land within 20% of the tables' measured Marlin MoE; the generic
+    stream was 31-45% too fast."""
     from infercast.simulate import UserInput, simulate
 
-    def moe(version: str | None, requests: int):
+    def moe(cost_model: str, requests: int):
         result = simulate(UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=8,
-                                    num_queries=requests, decode=True, context_length=1000, engine_version=version))
+                                    num_queries=requests, decode=True, context_length=1000, cost_model=cost_model))
         return next(op for op in result.ops if op.name.startswith("fused_moe"))
 
     for requests in (1, 32):
-        analytic, measured = moe("0.5.6.post2", requests), moe(None, requests)
+        analytic, measured = moe("analytic", requests), moe("measured", requests)
         assert analytic.source == "analytic" and analytic.origin.endswith("; marlin stream")
         assert measured.source == ("measured" if requests == 1 else "interpolated")  # 32 requests: random routing
         assert analytic.total_ms == pytest.approx(measured.total_ms, rel=0.2)

@@ -67,6 +67,10 @@ def test_earlier_sources_win_and_repeats_are_combined_by_the_median() -> None:
     grid = table.grid(("bf16",))
     assert dict(grid.points()) == {(1, 32, 32): 7.0, (2, 32, 32): 3.0}  # median of three; the old point fills in
     assert table.origin(("bf16",)) == "new (+old)"
+    same = KernelTable("gemm")
+    same.add_rows([("bf16", 4, 32, 32, 9.0)], "new")
+    same.add_rows([("bf16", 4, 32, 32, 8.0)], "old")  # adds no point, so the origin does not name it
+    assert same.origin(("bf16",)) == "new" and dict(same.grid(("bf16",)).points()) == {(4, 32, 32): 9.0}
 
 
 def test_the_installed_package_provides_the_tables() -> None:
@@ -592,3 +596,17 @@ def test_the_cache_write_is_inside_the_attention_rows_where_the_engines_attentio
     row = next(r for r in rows if r.name.startswith(write + " "))
     assert (row.total_ms == 0.0) is folded
     assert ("inside generation_attention" in row.origin) is folded
+
+
+def test_an_operator_no_table_can_answer_says_why() -> None:
+    """A cross-node all-reduce (TP16 over two 8-GPU nodes) has a table kind but no table: the
+    row says the tables cover one node, not that the operator has no table kind."""
+    from infercast.costmodel import UNCOVERED
+    from infercast.simulate import UserInput, simulate
+
+    result = simulate(UserInput(model="deepseek-v3", device="H200", num_devices=16, tp_size=16, decode=True,
+                                num_queries=1))
+    all_reduce = next(op for op in result.ops if op.name.startswith("all_reduce (layers"))
+    assert all_reduce.source == "analytic" and all_reduce.origin.startswith(UNCOVERED["infercast::all_reduce"])
+    add = next(op for op in result.ops if op.name.startswith("add "))
+    assert add.origin == "no table kind"

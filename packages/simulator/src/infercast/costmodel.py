@@ -201,6 +201,20 @@ def _record_key(record: OpRecord, phase: Phase) -> tuple:
             tuple(spec(o) for o in record.outputs), phase)
 
 
+UNCOVERED = {
+    "infercast::attention": "not causal: the attention tables time causal attention only",
+    "infercast::mla_attention": "not DeepSeek-V3's MLA geometry, which the MLA tables are measured for",
+    "infercast::mla_prefill_attention": "not DeepSeek-V3's MLA geometry, which the MLA tables are measured for",
+    "infercast::mla_bmm": "not DeepSeek-V3's MLA geometry, which the MLA tables are measured for",
+    "infercast::fused_moe": "no moe table of the engine's kernel for this dtype and expert shape",
+    "infercast::all_reduce": "spans nodes: the tables cover one node",
+    "infercast::all_gather": "spans nodes: the tables cover one node",
+    "infercast::reduce_scatter": "spans nodes: the tables cover one node",
+    "infercast::all_to_all": "not whole nodes of the device's scale-up domain, which the DeepEP tables time",
+}
+"""Why an operator of a table kind found no table to ask (its query builder returned None)."""
+
+
 def _why_analytic(record: OpRecord, query: Query | None, model: CostModel) -> str:
     if record.name == "infercast::kv_pool_cast":
         return (f"{model.engine.name}'s whole-pool FP8-to-bf16 copy, {record['pool_tokens']:,} slots "
@@ -208,7 +222,7 @@ def _why_analytic(record: OpRecord, query: Query | None, model: CostModel) -> st
     if model.tables is None and model.calibration is None:
         return "no measured tables"
     if query is None:
-        return "no table kind"
+        return UNCOVERED.get(record.name, "no table kind")
     if query.kind == "gemm" and query.key[0] in EAGER_TIMED_GEMMS.get(model.engine.tables, ()):
         return f"{model.engine.name}'s {query.key[0]} GEMM table was timed eagerly, host launches included: left out"
     return f"no {query.kind} table for {'/'.join(str(k) for k in query.key)}"

@@ -407,7 +407,7 @@ def load(kind_name: str, system: str, engine: str, version: str, options: dict[s
     return table
 
 
-CACHE_FORMAT = 4
+CACHE_FORMAT = 5
 """Bump when the conversion changes, so old cached tables are not read."""
 
 

@@ -119,9 +119,9 @@ class KernelTable:
                 self._pending[key] = points
                 self._pending_origin[key] = origin
             else:
-                for coords, value in points.items():
-                    existing.setdefault(coords, value)
-                if origin not in self._pending_origin[key]:
+                added = {coords: value for coords, value in points.items() if coords not in existing}
+                existing.update(added)
+                if added and origin not in self._pending_origin[key]:
                     self._pending_origin[key] += f" (+{origin})"
 
     def keys(self) -> list[Key]:

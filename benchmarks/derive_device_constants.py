@@ -5,7 +5,9 @@ from this script; run it to check them: .venv/bin/python benchmarks/derive_devic
 
 - GEMM efficiency by dtype: the median of achieved / peak over GEMMs with m, n, k >= 4096;
 - attention efficiency: the median of achieved / bf16 peak over causal prefill attention with
-  head_dim 128, isl >= 4096 and batch x isl >= 16384 (flops = 2 x heads x pairs x 256);
+  head_dim 128, isl >= 4096 and batch x isl >= 16384 (flops = 2 x heads x pairs x 256); the
+  FP8 figure the same over the rows with FP8 queries and an FP8 cache, as sglang's FA3 runs
+  prefill over an FP8 cache (still over the bf16 peak, so the two compare directly);
 - memory efficiency: the slope of a least-squares line time = intercept + bytes / (efficiency x
   HBM peak) through the bf16 GEMMs with m = 1 and at least 8 MiB of weights (pure weight
   streams);
@@ -225,17 +227,18 @@ def main() -> int:
         print(f"  kernel fixed: {statistics.median(tiny):.2f} us (median of {len(tiny)} m=1 GEMMs of <= 256 KiB)")
         print(f"  kernel floor: {min(us for _, us in grid.points()):.2f} us (shortest bf16 GEMM)")
         attention = aic.load("context_attention", system, ENGINE, version)
-        effs = []
-        for key in attention.keys():
-            dtype, kv_dtype, head_dim, kv_heads = key
-            if dtype != "bf16" or kv_dtype != "bf16" or head_dim != 128:
-                continue
-            for (heads, isl, batch), us in attention.grid(key).points():
-                if isl >= 4096 and batch * isl >= 16384:
-                    flops = 2 * heads * batch * isl * (isl + 1) / 2 * 256
-                    effs.append(flops / (us * 1e-6) / device.peak("bf16"))
-        if effs:
-            print(f"  attention: median {statistics.median(effs):.3f} of bf16 peak over {len(effs)} points")
+        for dtype in ("bf16", "fp8"):
+            effs = []
+            for key in attention.keys():
+                if key[:3] != (dtype, dtype, 128):
+                    continue
+                for (heads, isl, batch), us in attention.grid(key).points():
+                    if isl >= 4096 and batch * isl >= 16384:
+                        flops = 2 * heads * batch * isl * (isl + 1) / 2 * 256
+                        effs.append(flops / (us * 1e-6) / device.peak("bf16"))
+            if effs:
+                name = "attention" if dtype == "bf16" else "attention_fp8 (FP8 queries and cache)"
+                print(f"  {name}: median {statistics.median(effs):.3f} of bf16 peak over {len(effs)} points")
         attention, mla = attention_fixed(device, system, version)
         if attention:
             print(f"  attention fixed: {statistics.median(attention):.2f} us (median excess over the roofline of "

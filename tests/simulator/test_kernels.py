@@ -581,6 +581,29 @@ def test_sglang_prefills_an_fp8_cache_with_fp8_queries_and_vllm_with_bf16_ones()
     assert attention("vllm", "fp8").source != "analytic"
 
 
+@pytest.mark.parametrize("device", ["H20", "H200"])
+def test_an_analytic_prefill_over_an_fp8_cache_runs_at_the_fp8_attention_figure_where_sglang_casts(device) -> None:
+    """MLA's expanded prefill is analytic on Hopper. Over an FP8 cache sglang's FA3 casts the
+    queries and the fresh keys and values to FP8, so the attention's compute runs at the
+    device's FP8 attention figure (from the tables' FP8 rows; on the H20 scaled from the H100's);
+    vLLM keeps bf16, and a device without the figure (A100) keeps its bf16 one."""
+    from infercast.simulate import UserInput, simulate
+
+    def attention(kv: str, engine: str = "sglang", on: str = device):
+        result = simulate(UserInput(model="deepseek-ai/DeepSeek-R1", device=on, num_devices=8, tp_size=8,
+                                    engine=engine, query_length=8192, kv_cache_dtype=kv))
+        return next(r for r in result.ops if r.name.startswith("mla_prefill_attention"))
+
+    fp8, bf16 = attention("fp8"), attention("bf16")
+    assert fp8.source == bf16.source == "analytic" and fp8.origin.endswith("FP8 queries over the FP8 cache")
+    eff = DEVICES[device].efficiency
+    assert bf16.total_ms / fp8.total_ms == pytest.approx(eff.attention_fp8 / eff.attention, rel=0.02)
+    assert attention("fp8", "vllm").total_ms == pytest.approx(attention("bf16", "vllm").total_ms, rel=0.01)
+    a100 = attention("fp8", on="A100")
+    assert a100.total_ms == pytest.approx(attention("bf16", on="A100").total_ms, rel=0.01)
+    assert "FP8 queries" not in a100.origin
+
+
 @pytest.mark.parametrize(("engine", "write", "folded"), [("sglang", "kv_cache_write", True),
                                                           ("trtllm", "rope_kv_cache_write", True),
                                                           ("vllm", "kv_cache_write", False)])

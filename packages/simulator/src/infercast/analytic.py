@@ -90,7 +90,8 @@ def compute_seconds(cost: OpCost, device: DeviceSpec, stream: KernelStream | Non
         return cost.flops / (device.peak("bf16") * stream.grouped_share(width))
     peak = device.peak(cost.compute_dtype)
     if cost.kind in ATTENTION_KINDS:
-        return cost.flops / (device.peak("bf16") * eff.attention)
+        fp8 = cost.compute_dtype == "fp8" and eff.attention_fp8 is not None
+        return cost.flops / (device.peak("bf16") * (eff.attention_fp8 if fp8 else eff.attention))
     if cost.kind != "gemm":
         return cost.flops / (peak * eff.gemm_efficiency("bf16", "bf16"))
     efficiency = eff.gemm_efficiency(cost.kernel_dtype, cost.compute_dtype)

@@ -168,6 +168,9 @@ class CostModel:
 
     def _price(self, record: OpRecord, phase: Phase) -> Priced:
         cost = cost_of(record)
+        fp8_attention = self.engine.fp8_prefill_attention and prefills_over_fp8_cache(record)
+        if fp8_attention:
+            cost = replace(cost, compute_dtype="fp8")
         if phase.kv_pool_tokens and record.name == "infercast::mla_attention":
             cost = replace(cost, bytes=cost.bytes + record["latent_cache"].nbytes)  # reads the bf16 copy
         kernel = self.stream_kernel(record, cost)
@@ -187,7 +190,11 @@ class CostModel:
                     return Priced(answer.value * query.scale * 1e-6, timed.bound, quality,
                                   f"{query.kind} {source.origin_of(query)}")
         why = _why_analytic(record, query, self)
-        return Priced(timed.seconds, timed.bound, ANALYTIC, f"{why}; {kernel} stream" if kernel else why)
+        if kernel:
+            why += f"; {kernel} stream"
+        if fp8_attention and self.device.efficiency.attention_fp8 is not None:
+            why += "; FP8 queries over the FP8 cache"
+        return Priced(timed.seconds, timed.bound, ANALYTIC, why)
 
 
 def _record_key(record: OpRecord, phase: Phase) -> tuple:
@@ -257,6 +264,26 @@ def _kv(dtype) -> str:
     return "fp8" if getattr(dtype, "itemsize", 2) == 1 else "bf16"
 
 
+FP8_QUERY_HEAD_DIM = 256
+"""The widest head FA3 runs with FP8 queries (sglang casts them only up to it)."""
+
+
+def prefills_over_fp8_cache(record: OpRecord) -> bool:
+    """A prefill attention (GQA/MHA or MLA's expanded form) over an FP8 KV cache with heads FA3
+    takes in FP8: sglang's FA3 backend then casts the queries, and MLA's fresh keys and values,
+    to FP8 (``FlashAttentionBackend.forward_extend``)."""
+    if record.name == "infercast::attention":
+        q = record["q"]
+        return (record["causal"] and not _decode_like(record["q_len"], record["kv_len"])
+                and _kv(record["k_cache"].dtype) == "fp8" and q.shape[2] <= FP8_QUERY_HEAD_DIM)
+    if record.name == "infercast::mla_prefill_attention":
+        import torch
+
+        cache_dtype = getattr(torch, record["cache_dtype"].removeprefix("torch."))
+        return cache_dtype.itemsize == 1 and record["q"].shape[2] <= FP8_QUERY_HEAD_DIM
+    return False
+
+
 def table_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -> Query | None:
     """The table lookup that covers ``record``, or None (analytic)."""
     builder = _QUERIES.get(record.name)
@@ -314,7 +341,7 @@ def _attention_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Ph
 
     prefix = kv_len - q_len
     scale = (kv_len ** 2 - prefix ** 2) / kv_len ** 2
-    fp8_queries = model.engine.fp8_prefill_attention and kv_dtype == "fp8" and head_dim <= 256
+    fp8_queries = model.engine.fp8_prefill_attention and prefills_over_fp8_cache(record)
     return Query("context_attention", ("fp8" if fp8_queries else "bf16", kv_dtype, head_dim, kv_key),
                  (heads, kv_len, seqs), shape, scale, EXTRAPOLATED)
 

@@ -131,6 +131,10 @@ class Efficiency:
     collective_floor_s: float
     """The smallest all-reduce inside the scale-up domain."""
     source: str
+    attention_fp8: float | None = None
+    """Achieved / bf16 peak of causal flash attention over long prompts with FP8 queries over an
+    FP8 cache (FA3's FP8 forward, as sglang runs prefill over an FP8 cache). None: such
+    prefills run at ``attention``."""
     attention_fixed_s: float | None = None
     """``kernel_fixed_s`` for an attention kernel, which pays more beyond its roofline (split-KV
     passes and their merge, the softmax pipeline's ramp): what small decode attentions take over
@@ -162,14 +166,16 @@ class Efficiency:
 AIC = "aiconfigurator-core 0.12.0 tables ({system}, sglang {version}), derived by benchmarks/derive_device_constants.py"
 
 HOPPER_H100 = Efficiency(
-    gemm={"bf16": 0.724, "fp8": 0.514, "fp8_block": 0.619, "int8": 0.514}, attention=0.575, memory=0.858,
+    gemm={"bf16": 0.724, "fp8": 0.514, "fp8_block": 0.619, "int8": 0.514}, attention=0.575, attention_fp8=0.695,
+    memory=0.858,
     kernel_fixed_s=3.01e-6, attention_fixed_s=9.98e-6, mla_attention_fixed_s=15.88e-6, link=1.04, scale_out=0.8,
     collective_floor_s=4.82e-6, streams={"marlin": MARLIN_SM90}, fp8_cast_s_per_element=2.907e-12,
     source=AIC.format(system="h100_sxm", version="0.5.14") + "; int8 assumed at the fp8 rate (same tensor-core "
     "peak on sm_90, no int8 table); link above 1: NVLink SHARP reduces in the switch",
 )
 HOPPER_H200 = Efficiency(
-    gemm={"bf16": 0.693, "fp8": 0.560, "fp8_block": 0.606, "int8": 0.560}, attention=0.559, memory=0.845,
+    gemm={"bf16": 0.693, "fp8": 0.560, "fp8_block": 0.606, "int8": 0.560}, attention=0.559, attention_fp8=0.680,
+    memory=0.845,
     kernel_fixed_s=3.02e-6, attention_fixed_s=10.35e-6, mla_attention_fixed_s=16.20e-6, link=1.038, scale_out=0.8,
     collective_floor_s=3.47e-6, streams={"marlin": MARLIN_SM90}, fp8_cast_s_per_element=2.809e-12,
     source=AIC.format(system="h200_sxm", version="0.5.14") + "; int8 assumed at the fp8 rate (same tensor-core "
@@ -181,12 +187,13 @@ AMPERE_A100 = Efficiency(
     source=AIC.format(system="a100_sxm", version="0.5.10") + "; int8 has no table and uses the bf16 figure",
 )
 BLACKWELL_B200 = Efficiency(
-    gemm={"bf16": 0.651, "fp8": 0.476, "fp8_block": 0.570}, attention=0.513, memory=0.785, kernel_fixed_s=2.18e-6,
+    gemm={"bf16": 0.651, "fp8": 0.476, "fp8_block": 0.570}, attention=0.513, attention_fp8=0.551, memory=0.785,
+    kernel_fixed_s=2.18e-6,
     attention_fixed_s=10.07e-6, mla_attention_fixed_s=12.13e-6, link=0.802, scale_out=0.8, collective_floor_s=7.00e-6,
     source=AIC.format(system="b200_sxm", version="0.5.14") + "; fp4 has no table and uses the bf16 figure",
 )
 MI300X_MEASURED = replace(
-    HOPPER_H100, gemm={"bf16": 0.54, "fp8": 0.49}, collective_floor_s=14.81e-6, streams={},
+    HOPPER_H100, gemm={"bf16": 0.54, "fp8": 0.49}, collective_floor_s=14.81e-6, streams={}, attention_fp8=None,
     source="GEMMs: AMD's max-achievable FLOPs with hipBLASLt on an MI300X, bf16 708 TFLOP/s = 0.54 of 1307 and fp8 "
     "1273 = 0.49 of 2615 (ROCm blogs, 'Measuring max-achievable FLOPs, part 2', 2025-02-28). Smallest all-reduce: "
     "14.81 us for 32 KiB of fp16 over 8 x MI300X with MK1 QuickReduce, RCCL 16.22 us (mk1-project/quickreduce "
@@ -194,7 +201,7 @@ MI300X_MEASURED = replace(
     "found: those are the H100 figures, an assumption: " + HOPPER_H100.source,
 )
 ASCEND_A3_MEASURED = replace(
-    HOPPER_H100, gemm={"bf16": 0.89, "fp16": 0.89}, streams={},
+    HOPPER_H100, gemm={"bf16": 0.89, "fp16": 0.89}, streams={}, attention_fp8=None,
     source="GEMMs: an Ascend 910B2 ran a 4096^3 bf16 torch matmul at 315 TFLOP/s (community data, "
     "zzc0721/torch-performance-test-data issue #109), 0.89 of the 354 TFLOP/s bf16 of an A3 die; assumed to "
     "carry over to the A3 die. No Ascend attention, memory or collective measurement was found: those are the "
@@ -202,10 +209,12 @@ ASCEND_A3_MEASURED = replace(
 )
 H20_CAPPED = replace(
     HOPPER_H100, gemm={"bf16": 0.85, "fp8": 0.85, "fp8_block": 0.85, "int8": 0.85}, attention=0.73,
+    attention_fp8=round(0.73 * HOPPER_H100.attention_fp8 / HOPPER_H100.attention, 3),
     streams={"marlin": MARLIN_H20}, fp8_cast_s_per_element=HOPPER_H100.fp8_cast_s_per_element * 132 / 78,
     source="H20 has no measured tables. Attention: FlashAttention-3 forward on an H20 (head dim 128, 2,048 tokens, "
     "batch 2) ran at 107.8 TFLOP/s causal = 0.73 of 148 and 126.2 non-causal = 0.85 (Dao-AILab/flash-attention "
-    "issue #1310). GEMMs: the H20's tensor rate is capped far below what its 78 sm_90 SMs can issue, so GEMMs are "
+    "issue #1310); with FP8 queries over an FP8 cache, that times the H100 tables' FP8 / bf16 attention ratio "
+    "(0.695 / 0.575), an assumption: no FP8 attention was found measured on an H20. GEMMs: the H20's tensor rate is capped far below what its 78 sm_90 SMs can issue, so GEMMs are "
     "taken to reach it as readily as the non-causal attention kernel does (0.85, every dtype); checked, not fitted, "
     "against DeepGEMM's FP8 grouped GEMM on an H20 at 16-160 rows an expert (deepseek-ai/DeepGEMM PRs 192 and 116, "
     "issue 114): median |error| 4.9% over 11 shapes, 160 rows 22-23% fast (benchmarks/kernel_points.py). FP8-to-bf16 "

@@ -403,7 +403,8 @@ class SimMLAAttention(SimModule):
             k_nope, v = kv.split([self.nope, self.v_dim], -1)
             k = OPS.cat([k_nope, k_pe.new_empty(requests * kv_len, 1, self.rope_dim).expand(-1, self.heads, -1)], -1)
             q_full = OPS.cat([q_nope, q_pe], -1)
-            out = OPS.mla_prefill_attention(q_full, k, v, requests, ctx.workload.query_length, kv_len)
+            out = OPS.mla_prefill_attention(q_full, k, v, requests, ctx.workload.query_length, kv_len,
+                                            str(ctx.kv_cache_dtype))
         return out
 
 

@@ -110,15 +110,16 @@ def _(x, weight, which):
 
 @torch.library.custom_op("infercast::mla_prefill_attention", mutates_args=())
 def mla_prefill_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_seqs: int, q_len: int, kv_len: int
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_seqs: int, q_len: int, kv_len: int, cache_dtype: str
 ) -> torch.Tensor:
     """MLA in the expanded form engines use for prefill: q and k with nope + rope dims (192 for
-    DeepSeek-V3), v with v_head_dim (128), causal over each sequence's ``kv_len`` tokens."""
+    DeepSeek-V3), v with v_head_dim (128), causal over each sequence's ``kv_len`` tokens;
+    ``cache_dtype`` is the KV cache's (an engine may run the attention in it)."""
     raise NotImplementedError
 
 
 @mla_prefill_attention.register_fake
-def _(q, k, v, num_seqs, q_len, kv_len):
+def _(q, k, v, num_seqs, q_len, kv_len, cache_dtype):
     return q.new_empty(q.shape[0], q.shape[1], v.shape[-1])
 
 

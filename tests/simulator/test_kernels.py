@@ -516,7 +516,8 @@ def test_context_mla_rows_timing_the_absorbed_form_do_not_price_the_expanded_pre
     columns = {"kernel_source": ["flash_attention", "trtllm_mla", "default"], "mla_dtype": ["bfloat16"] * 3,
                "kv_cache_dtype": ["bfloat16"] * 3, "num_heads": [16] * 3, "isl": [8192] * 3, "batch_size": [1] * 3,
                "latency": [1.99, 0.315, 0.633]}
-    assert [row[-1] for row in aic._context_mla(columns, {})] == [pytest.approx(315.0), pytest.approx(633.0)]
+    assert [row[-1] for row in aic._context_mla(absorbed=False)(columns, {})] == [pytest.approx(315.0), pytest.approx(633.0)]
+    assert [row[-1] for row in aic._context_mla(absorbed=True)(columns, {})] == [pytest.approx(1990.0)]
     from infercast.simulate import UserInput, simulate
 
     def attention_per_layer(device: str) -> tuple[float, str]:
@@ -532,6 +533,32 @@ def test_context_mla_rows_timing_the_absorbed_form_do_not_price_the_expanded_pre
     assert flops / 989e12 * 1e3 < hopper_ms < 1.0  # above the bf16 peak's time, below the absorbed table's 1.99 ms
     blackwell_ms, source = attention_per_layer("B200")
     assert source in ("measured", "interpolated") and blackwell_ms == pytest.approx(0.315, rel=0.05)
+
+
+@pytest.mark.parametrize(("device", "engine", "cached", "absorbed"), [
+    ("H200", "sglang", 0, False), ("H200", "sglang", 2048, True), ("H200", "sglang", 8192, False),
+    ("H200", "vllm", 2048, False), ("B200", "sglang", 2048, False)])
+def test_sglang_on_hopper_prefills_over_a_short_cached_prefix_in_the_absorbed_form(device, engine, cached,
+                                                                                   absorbed) -> None:
+    """sglang's fa3 backend (Hopper) extends a batch with 1-8,191 cached tokens in the absorbed
+    form: attention over the latent cache, priced from the absorbed context rows, and no
+    kv_b_proj expanding the cache. No prefix, 8,192 or more cached tokens, vLLM and Blackwell's
+    trtllm_mla expand the cache."""
+    from infercast.simulate import UserInput, simulate
+
+    result = simulate(UserInput(model="deepseek-ai/DeepSeek-R1", device=device, num_devices=8, tp_size=8,
+                                engine=engine, query_length=2048, context_length=cached))
+    names = {r.name.split(" ")[0]: r for r in result.ops}
+    assert ("mla_attention" in names) == absorbed and ("mla_prefill_attention" in names) == (not absorbed)
+    assert any(r.name.startswith("gemm (layers.*.self_attn.kv_b_proj)") for r in result.ops) == (not absorbed)
+    assert any("MLA prefill in the absorbed form" in note for note in result.notes) == absorbed
+    if absorbed:
+        row = names["mla_attention"]
+        assert row.origin.startswith("context_mla_absorbed") and row.source == "extrapolated"
+        # scaled from the table's 4,096-token prefill by the pairs a 2,048-token prefix leaves: 3/4
+        table = aic.load("context_mla_absorbed", "h200_sxm", "sglang", "0.5.14")
+        full = table.query(("bf16", "bf16"), (16, 4096, 1), LINEAR).value
+        assert row.total_ms / row.count * 1e3 == pytest.approx(0.75 * full, rel=1e-6)
 
 
 def test_a_table_priced_gemm_carries_its_activation_quantization_an_analytic_one_does_not() -> None:

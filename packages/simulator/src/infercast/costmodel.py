@@ -361,14 +361,25 @@ MLA_GEOMETRY = {"qk_head": 192, "v_head": 128, "latent": 576, "kv_lora": 512, "n
 """The MLA tables are measured for DeepSeek-V3's geometry (Kimi-K2.5 shares it)."""
 
 
-def _mla_decode_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -> Query | None:
+def _mla_latent_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -> Query | None:
+    """MLA over the latent cache: a decode (or a speculative verify) from the decode table, an
+    extend of many tokens (the absorbed prefill over a short cached prefix) from the absorbed
+    context table, each prefill of ``kv_len`` tokens scaled to the pairs the prefix leaves."""
     q, cache = record["q"], record["latent_cache"]
     if q.shape[2] != MLA_GEOMETRY["latent"] or record["v_head_dim"] != MLA_GEOMETRY["kv_lora"]:
         return None
     heads, seqs, q_len, kv_len = q.shape[1], record["num_seqs"], record["q_len"], record["kv_len"]
+    device = model.device
     # after a whole-pool cast the kernel reads bf16; the tables' FP8 rows hold a cast of their own
     kv_dtype = "bf16" if phase.kv_pool_tokens else _kv(cache.dtype)
-    device = model.device
+    if not _decode_like(q_len, kv_len):
+        def prefill(c):
+            h, s, b = c
+            return _attention_shape(device, h, 1, 576, b, s, s, kv_dtype, v_dim=512, kind="mla_attention")
+
+        prefix = kv_len - q_len
+        return Query("context_mla_absorbed", ("bf16", kv_dtype), (heads, kv_len, seqs), prefill,
+                     (kv_len ** 2 - prefix ** 2) / kv_len ** 2, EXTRAPOLATED)
 
     def shape(c):
         h, b, s = c
@@ -495,7 +506,7 @@ _QUERIES: dict[str, Callable[..., Query | None]] = {
     "aten::linear": _gemm_query,  # a pytorch-ir graph's GEMMs (--from-ir)
     "aten::addmm": _gemm_query,
     "infercast::attention": _attention_query,
-    "infercast::mla_attention": _mla_decode_query,
+    "infercast::mla_attention": _mla_latent_query,
     "infercast::mla_prefill_attention": _mla_prefill_query,
     "infercast::mla_bmm": _mla_bmm_query,
     "infercast::fused_moe": _moe_query,

@@ -216,6 +216,28 @@ class MlaPoolCast:
     source: str
 
 
+@dataclass(frozen=True)
+class AbsorbedPrefixExtend:
+    """An MLA prefill over a short cached prefix that runs in the absorbed form (attention over
+    the 576-wide latent cache, as decode does) rather than expanding every cached latent to
+    K and V: a forward whose requests have between 1 and ``below - 1`` cached tokens in all."""
+
+    below: int
+    archs: frozenset[int]
+    """The CUDA architectures whose default MLA backend takes this rule."""
+    source: str
+
+
+SGLANG_ABSORBED_PREFIX_EXTEND = AbsorbedPrefixExtend(
+    8192, frozenset({90}),
+    "sglang's DeepSeek attention dispatch (_handle_attention_backend, models/deepseek_common/"
+    "attention_backend_handler.py, 0.5.9) runs an extend in the expanded MHA form only when the batch has no cached "
+    "prefix or at least SGLANG_CHUNKED_PREFIX_CACHE_THRESHOLD (8,192) cached tokens in all, and the absorbed MLA "
+    "form otherwise, for its fa3, flashinfer and flashmla backends (Hopper's default: fa3); Blackwell's "
+    "trtllm_mla expands any prefix (handle_attention_trtllm_mla)",
+)
+
+
 SGLANG_MLA_POOL_CAST = MlaPoolCast(
     frozenset({90}),
     "sglang's fa3 MLA backend, its default on Hopper, and flashinfer_mla read an FP8 cache through "
@@ -387,6 +409,9 @@ class Engine:
     """The server flag that makes the scheduler poll for requests only every N decode steps
     (None: the engine polls every step)."""
     mla_pool_cast: MlaPoolCast | None = None
+    absorbed_prefix_extend: AbsorbedPrefixExtend | None = None
+    """When an MLA prefill over a short cached prefix runs in the absorbed form (None: always
+    the expanded form)."""
     """Where the engine's MLA decode casts the whole FP8 KV pool to bf16 (None: it reads FP8)."""
     static_memory: StaticMemory | None = None
     """How the engine sizes its share of each device by default (None: a fixed share, taken as
@@ -554,6 +579,7 @@ register(Engine(
     # RadixAttention.forward -> backend.forward(..., save_kv_cache=True) stores k/v in the same call
     attention_writes_cache=True,
     mla_pool_cast=SGLANG_MLA_POOL_CAST,
+    absorbed_prefix_extend=SGLANG_ABSORBED_PREFIX_EXTEND,
     static_memory=SGLANG_STATIC_MEMORY,
 ))
 register(Engine(

@@ -58,6 +58,10 @@ class SimContext:
     kv_pool_tokens: int = 0
     """The KV pool's slots per rank where the engine's MLA decode casts the whole FP8 pool to bf16
     every layer (0: it does not); set by :func:`infercast.pricing.mla_pool_cast`."""
+    absorbed_prefix_below: int = 0
+    """An MLA prefill whose requests have between 1 and this many cached tokens in all, less one,
+    attends in the absorbed form, as decode does (0: every prefill expands its cache); set by
+    :func:`infercast.pricing.absorbed_prefix_below`."""
     pointwise: PointwiseFusions | None = None
     """Pointwise kernels the serving engine folds into their neighbours (the engine's). Its FP8
     fusions apply to the ``fp8`` kernel family (no block scales: TensorRT-LLM's per-tensor FP8);
@@ -328,7 +332,9 @@ class SimMLAAttention(SimModule):
 
     Decode runs the absorbed form: q_nope is multiplied into the latent space (bmm with W_UK),
     attention runs over the 576-wide latent cache, and the output leaves through W_UV (bmm).
-    Prefill runs the expanded form: kv_b_proj expands every cached latent to K and V.
+    Prefill runs the expanded form: kv_b_proj expands every cached latent to K and V; where the
+    engine says so (``ctx.absorbed_prefix_below``), a prefill over a short cached prefix runs
+    the absorbed form instead.
     """
 
     def __init__(self, ctx: SimContext, *, hidden_size: int, num_heads: int, q_lora_rank: int | None,
@@ -388,7 +394,8 @@ class SimMLAAttention(SimModule):
     def _attend(self, q_nope: torch.Tensor, q_pe: torch.Tensor, k_pe: torch.Tensor) -> torch.Tensor:
         ctx = self.ctx
         requests, kv_len = ctx.requests, ctx.workload.kv_length
-        if ctx.workload.decode:
+        cached = requests * ctx.workload.context_length
+        if ctx.workload.decode or 0 < cached < ctx.absorbed_prefix_below:
             OPS.mla_bmm(q_nope.transpose(0, 1), self.w_kc, "pre")                             # [H, T, latent]
             # FA3, FlashInfer and cutlass MLA take the absorbed q and q_pe as two inputs (sglang's
             # forward_absorb_core): no concat kernel; only Blackwell's trtllm_mla joins them (one

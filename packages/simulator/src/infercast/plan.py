@@ -29,6 +29,7 @@ from infercast.layers import KV_DTYPES, SimContext
 from infercast.memory import MemoryLimits
 from infercast.parallel import Parallel, Workload, validate_layout
 from infercast.pricing import (
+    absorbed_prefix_below,
     all_reduce_fusion,
     cost_model_for,
     default_memory_share,
@@ -325,6 +326,7 @@ class Planner:
             ctx.all_reduce_fusion_tokens = all_reduce_fusion(self.costs, built, parallel,
                                                              mode=self.request.all_reduce_fusion)[0]
             ctx.kv_pool_tokens = mla_pool_cast(self.costs, built, ctx)[0]
+            ctx.absorbed_prefix_below = absorbed_prefix_below(self.costs, built)
             self._built[key] = (built, ctx)
         return self._built[key]
 

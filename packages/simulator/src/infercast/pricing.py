@@ -90,6 +90,15 @@ def mla_pool_cast(model: CostModel, built: BuiltModel, ctx: SimContext, *,
     return (kv_pool_tokens(built, model.device, ctx.memory, layers=layers), why) if why else (0, None)
 
 
+def absorbed_prefix_below(model: CostModel, built: BuiltModel) -> int:
+    """``SimContext.absorbed_prefix_below`` for this deployment: the engine's rule where its
+    default MLA backend on the device follows it and the model attends with MLA, else 0."""
+    rule = model.engine.absorbed_prefix_extend
+    if rule is None or model.device.cuda_arch not in rule.archs or not has_mla(built):
+        return 0
+    return rule.below
+
+
 def default_memory_share(rule: StaticMemory, version: str | None, device: DeviceSpec, built: BuiltModel,
                          ctx: SimContext, config: Any, *, speculative: bool,
                          chunk: int | None = None, prefill_graphs: bool | None = None) -> tuple[float, float]:

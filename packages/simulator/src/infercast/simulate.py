@@ -21,6 +21,7 @@ from infercast.layers import KV_DTYPES, SimContext
 from infercast.memory import MemoryLimits
 from infercast.parallel import Parallel, Workload, validate_layout, validate_workload
 from infercast.pricing import (
+    absorbed_prefix_below,
     all_reduce_fusion,
     cost_model_for,
     default_memory_share,
@@ -100,6 +101,7 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     ctx.prefill_graph_tokens = prefill_graph_tokens(model, built, parallel, chunk, mode=user.prefill_cuda_graph)
     ctx.all_reduce_fusion_tokens, fusion_why = all_reduce_fusion(model, built, parallel, mode=user.all_reduce_fusion)
     ctx.kv_pool_tokens, cast_why = mla_pool_cast(model, built, ctx, layers=depth)
+    ctx.absorbed_prefix_below = absorbed_prefix_below(model, built)
     vision = None
     if user.image_batch_size:
         tower = built.sim.vision
@@ -135,6 +137,12 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
         elif ctx.tokens > ctx.prefill_graph_tokens:
             result.notes.append(f"prefill launched eagerly: {ctx.tokens} tokens per rank, above the "
                                 f"{ctx.prefill_graph_tokens} that piecewise CUDA graphs capture")
+    cached = ctx.requests * context
+    if not decode and 0 < cached < ctx.absorbed_prefix_below:
+        result.notes.append(f"MLA prefill in the absorbed form: {model.engine.name} extends a batch with 1-"
+                            f"{ctx.absorbed_prefix_below - 1:,} cached tokens ({cached:,} a rank here) over the "
+                            f"latent cache instead of expanding it (SGLANG_CHUNKED_PREFIX_CACHE_THRESHOLD "
+                            f"{ctx.absorbed_prefix_below:,}); its attention costs more than over no prefix")
     if ctx.kv_pool_tokens:
         capped = ctx.kv_pool_tokens == ctx.memory.max_total_tokens
         slots = (f"{ctx.kv_pool_tokens:,} slots a rank" + (", --max-total-tokens" if capped else "")

@@ -167,16 +167,19 @@ builds one ``RadixAttention`` with 576-wide q/k, 512-wide v and one KV head on t
 (``flash_attn_with_kvcache`` with ``qv``): about 600 TFLOP/s counted at those widths on H100 and
 H200, 175 counted at the 192/128 of the expanded form. sglang prefills a batch without a cached
 prefix (or with at least 8,192 cached tokens) in the expanded form, 3.4 times fewer FLOPs
-(``_handle_attention_backend``, models/deepseek_common/attention_backend_handler.py, 0.5.9).
-Blackwell's ``trtllm_mla`` rows time the expanded form (1,090 TFLOP/s at 8K tokens on a B200,
-above its dense peak if counted absorbed) and stay."""
+(``_handle_attention_backend``, models/deepseek_common/attention_backend_handler.py, 0.5.9);
+these rows price the ``context_mla_absorbed`` kind instead, the extends over 1-8,191 cached
+tokens that sglang runs absorbed. Blackwell's ``trtllm_mla`` rows time the expanded form (1,090
+TFLOP/s at 8K tokens on a B200, above its dense peak if counted absorbed) and stay."""
 
 
-def _context_mla(c: dict[str, list], opts: dict[str, Any]) -> list[tuple]:
-    return [(DTYPES[d], DTYPES[kv], h, isl, b, lat * 1e3) for src, d, kv, h, isl, b, lat in
-            zip(c["kernel_source"], c["mla_dtype"], c["kv_cache_dtype"], c["num_heads"], c["isl"], c["batch_size"],
-                c["latency"])
-            if d in DTYPES and kv in DTYPES and src not in ABSORBED_CONTEXT_MLA]
+def _context_mla(absorbed: bool) -> Converter:
+    def convert(c: dict[str, list], opts: dict[str, Any]) -> list[tuple]:
+        return [(DTYPES[d], DTYPES[kv], h, isl, b, lat * 1e3) for src, d, kv, h, isl, b, lat in
+                zip(c["kernel_source"], c["mla_dtype"], c["kv_cache_dtype"], c["num_heads"], c["isl"],
+                    c["batch_size"], c["latency"])
+                if d in DTYPES and kv in DTYPES and (src in ABSORBED_CONTEXT_MLA) == absorbed]
+    return convert
 
 
 def _generation_mla(c: dict[str, list], opts: dict[str, Any]) -> list[tuple]:
@@ -324,7 +327,10 @@ SOURCES: dict[str, list[tuple[str, str, tuple[str, ...], Converter]]] = {
                                "head_dim", "isl", "step", "batch_size", "latency"), _attention(False))],
     "context_mla": [("mla", "context_mla_perf.parquet",
                      ("kernel_source", "mla_dtype", "kv_cache_dtype", "num_heads", "isl", "batch_size", "latency"),
-                     _context_mla)],
+                     _context_mla(absorbed=False))],
+    "context_mla_absorbed": [("mla", "context_mla_perf.parquet",
+                              ("kernel_source", "mla_dtype", "kv_cache_dtype", "num_heads", "isl", "batch_size",
+                               "latency"), _context_mla(absorbed=True))],
     "generation_mla": [("mla", "generation_mla_perf.parquet",
                         ("kv_cache_dtype", "num_heads", "isl", "step", "batch_size", "latency"), _generation_mla)],
     "mla_bmm": [("mla_bmm", "mla_bmm_perf.parquet", ("op_name", "bmm_dtype", "num_heads", "num_tokens", "latency"),
@@ -407,7 +413,7 @@ def load(kind_name: str, system: str, engine: str, version: str, options: dict[s
     return table
 
 
-CACHE_FORMAT = 5
+CACHE_FORMAT = 6
 """Bump when the conversion changes, so old cached tables are not read."""
 
 

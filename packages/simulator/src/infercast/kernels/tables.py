@@ -12,6 +12,7 @@ answer the same queries.
 | ``context_attention`` | dtype, kv_dtype, head_dim, kv_heads | heads, isl, batch | causal prefill attention of ``batch`` sequences of ``isl`` tokens |
 | ``generation_attention`` | kv_dtype, head_dim, kv_heads | heads, batch, kv_len | one new token per sequence over ``kv_len`` cached |
 | ``context_mla`` | dtype, kv_dtype | heads, isl, batch | MLA prefill attention (DeepSeek-V3 geometry: q/k 192, v 128) |
+| ``context_mla_absorbed`` | dtype, kv_dtype | heads, isl, batch | MLA prefill attention in the absorbed form, over the 576-wide latent cache (q/k 576, v 512, one KV head) |
 | ``generation_mla`` | kv_dtype | heads, batch, kv_len | absorbed MLA decode over the 576-wide latent cache |
 | ``mla_bmm`` | dtype, which | heads, tokens | the absorbed per-head bmm before (``pre``: 128 -> 512) or after (``post``: 512 -> 128) attention |
 | ``moe`` | dtype, kernel, distribution, topk, num_experts, hidden, inter, moe_tp | ep, tokens | routed experts on one rank: routing, expert GEMMs, activation, un-permute (no gate GEMM, no communication); ``tokens`` before routing, summed over the DP group |
@@ -55,6 +56,8 @@ KINDS: dict[str, TableKind] = {k.name: k for k in (
     TableKind("generation_attention", ("kv_dtype", "head_dim", "kv_heads"), ("heads", "batch", "kv_len"),
               "decode attention, one new token per sequence"),
     TableKind("context_mla", ("dtype", "kv_dtype"), ("heads", "isl", "batch"), "MLA prefill attention"),
+    TableKind("context_mla_absorbed", ("dtype", "kv_dtype"), ("heads", "isl", "batch"),
+              "MLA prefill attention in the absorbed form"),
     TableKind("generation_mla", ("kv_dtype",), ("heads", "batch", "kv_len"), "absorbed MLA decode attention"),
     TableKind("mla_bmm", ("dtype", "which"), ("heads", "tokens"), "absorbed MLA per-head bmm"),
     TableKind("moe", ("dtype", "kernel", "distribution", "topk", "num_experts", "hidden", "inter", "moe_tp"),

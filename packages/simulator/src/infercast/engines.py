@@ -409,10 +409,10 @@ class Engine:
     """The server flag that makes the scheduler poll for requests only every N decode steps
     (None: the engine polls every step)."""
     mla_pool_cast: MlaPoolCast | None = None
+    """Where the engine's MLA decode casts the whole FP8 KV pool to bf16 (None: it reads FP8)."""
     absorbed_prefix_extend: AbsorbedPrefixExtend | None = None
     """When an MLA prefill over a short cached prefix runs in the absorbed form (None: always
     the expanded form)."""
-    """Where the engine's MLA decode casts the whole FP8 KV pool to bf16 (None: it reads FP8)."""
     static_memory: StaticMemory | None = None
     """How the engine sizes its share of each device by default (None: a fixed share, taken as
     :data:`~infercast.memory.DEFAULT_MEMORY_FRACTION`)."""

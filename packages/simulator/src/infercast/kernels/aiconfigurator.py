@@ -394,9 +394,10 @@ def _plan(kind_name: str, system: str, engine: str, version: str) -> list[tuple[
 
 def load(kind_name: str, system: str, engine: str, version: str, options: dict[str, Any] | None = None) -> KernelTable:
     """The ``kind_name`` table for ``engine`` ``version`` on ``system`` (older versions, then
-    newer ones from the newest, fill the points it lacks). NCCL tables belong to the system, not the engine. Converted tables
-    are kept in the user's cache folder, keyed by their source files' size and modification
-    time, so a later process reads one pickle instead of re-converting the parquet rows."""
+    newer ones from the newest, fill the points it lacks). NCCL tables belong to the system, not
+    the engine. Converted tables are kept in the user's cache folder, keyed by their source
+    files' size and modification time, so a later process reads one pickle instead of
+    re-converting the parquet rows."""
     opts = options or {}
     files = _plan(kind_name, system, engine, version)
     cache = _cache_path(kind_name, system, engine, version, opts, files)

@@ -154,9 +154,17 @@ def test_calibration_files_are_checked(tmp_path) -> None:
         load_calibration(tmp_path / "missing.json")
 
 
-def test_unknown_engine_version_lists_the_ones_with_data() -> None:
-    with pytest.raises(InfercastError, match="--engine-version '9.9'.*0.5.14"):
-        CostModel(DEVICES["H200"], "sglang", "9.9")
+def test_an_engine_version_without_tables_borrows_them_and_a_bad_one_lists_the_ones_with_data() -> None:
+    """A version the package has no tables for (sglang 0.5.7) is priced from its neighbours' points
+    and says so; a string that is no version number is refused with the versions that have data."""
+    with pytest.raises(InfercastError, match="--engine-version 'latest' is not a version number.*0.5.14"):
+        CostModel(DEVICES["H200"], "sglang", "latest")
+    model = CostModel(DEVICES["H200"], "sglang", "0.5.7")
+    assert any(note.startswith("sglang 0.5.7 has no kernel tables of its own for h200_sxm: its points come from "
+                               "0.5.6.post2 and older, then the newest") for note in model.notes)
+    priced = model.price(gemm(1, 7168, 2048), DECODE)
+    assert priced.source == EXACT and priced.origin == "gemm sglang 0.5.14"
+    assert not any("no kernel tables of its own" in note for note in CostModel(DEVICES["H200"], "sglang", "0.5.9").notes)
     with pytest.raises(InfercastError, match="unknown --engine 'tgi'; valid: sglang, vllm, trtllm"):
         CostModel(DEVICES["H200"], "tgi")
 

@@ -254,7 +254,10 @@ def _measured_tables(device: DeviceSpec, engine: Engine, version: str | None, no
     if version is None and not aiconfigurator.default_version(device.kernel_tables, engine.tables):
         notes.append(f"no {engine.name} kernel tables for {device.name}: every operator is priced analytically")
         return None
-    return MeasuredTables(device.kernel_tables, engine, version)
+    tables = MeasuredTables(device.kernel_tables, engine, version)
+    if tables.note:
+        notes.append(tables.note)
+    return tables
 
 
 # ------------------------------------------------------------------------------ queries

@@ -135,7 +135,8 @@ class UserInput:
                                          SPEC, metavar="LOG")
     engine: str = opt("sglang", "serving engine: its kernels, CUDA graphs, host costs and measured tables (default "
                       "sglang)", COST, choices=ENGINES)
-    engine_version: str | None = opt(None, "the engine version whose measured tables to use (default: the newest "
+    engine_version: str | None = opt(None, "the engine version that runs: its defaults, and its measured tables "
+                                     "where it has them, other versions' points elsewhere (default: the newest "
                                      "with data)", COST, metavar="VERSION")
     calibration: str | None = opt(None, "kernel tables measured on your hardware (JSON, docs/simulate.md): priced "
                                   "first", COST, metavar="FILE")

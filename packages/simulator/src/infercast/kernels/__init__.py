@@ -41,13 +41,20 @@ class MeasuredTables:
         if not versions:
             raise InfercastError(f"{aic.PACKAGE} has no {engine.name} tables for {system}; use another --engine "
                                  f"or --cost-model analytic")
+        self.note: str | None = None
+        """Where the points of a version without tables of its own come from (None: it has some)."""
         if version is None:
             version = aic.default_version(system, engine.tables)
             if version is None:
                 raise InfercastError(f"{aic.PACKAGE} has no {engine.name} GEMM table for {system}")
         elif version not in versions:
-            raise InfercastError(f"--engine-version {version!r}: {engine.name} tables for {system} exist for "
-                                 f"{', '.join(versions)}")
+            if not aic.is_version(version):
+                raise InfercastError(f"--engine-version {version!r} is not a version number; {engine.name} tables for "
+                                     f"{system} exist for {', '.join(versions)}")
+            older = [v for v in versions if aic.version_key(v) < aic.version_key(version)]
+            self.note = (f"{engine.name} {version} has no kernel tables of its own for {system}: its points come from "
+                         + (f"{older[0]} and older, then " if older else "") + f"the newest versions ({versions[0]} "
+                         f"first); tables exist for {', '.join(versions)}")
         self.version = version
 
     def table(self, kind: str) -> KernelTable:

@@ -50,13 +50,19 @@ def data_root() -> Path | None:
     return root if root.is_dir() else None
 
 
-def _version_key(version: str):
+def version_key(version: str):
+    """Sort key of an engine version: PEP 440 order, names that do not parse first."""
     from packaging.version import InvalidVersion, Version
 
     try:
         return (0, Version(version))
     except InvalidVersion:
         return (-1, version)
+
+
+def is_version(version: str) -> bool:
+    """Whether ``version`` is a PEP 440 version number."""
+    return version_key(version)[0] == 0
 
 
 @functools.lru_cache(maxsize=None)
@@ -70,7 +76,7 @@ def engine_versions(system: str, engine: str) -> tuple[str, ...]:
         engine_dir = family / engine
         if engine_dir.is_dir():
             found |= {v.name for v in engine_dir.iterdir() if v.is_dir() and any(v.glob("*.parquet"))}
-    return tuple(sorted(found, key=_version_key, reverse=True))
+    return tuple(sorted(found, key=version_key, reverse=True))
 
 
 @functools.lru_cache(maxsize=None)
@@ -381,8 +387,8 @@ def _plan(kind_name: str, system: str, engine: str, version: str) -> list[tuple[
         columns = ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency")
         return [(path, f"NCCL {path.parent.name}", _nccl, columns, False)] if path is not None else []
     versions = engine_versions(system, engine)  # newest first
-    at_or_older = [v for v in versions if _version_key(v) <= _version_key(version)]
-    newer = [v for v in versions if _version_key(v) > _version_key(version)]
+    at_or_older = [v for v in versions if version_key(v) <= version_key(version)]
+    newer = [v for v in versions if version_key(v) > version_key(version)]
     files = []
     for family, filename, columns, convert in SOURCES.get(kind_name, []):
         for v in at_or_older + newer:
@@ -480,7 +486,7 @@ def _nccl_path(root: Path, system: str) -> Path | None:
         for line in yaml_file.read_text().splitlines():
             if line.strip().startswith("nccl_version:"):
                 named = line.split(":", 1)[1].strip().strip("'\"")
-    versions = sorted((d.name for d in base.iterdir() if (d / "nccl_perf.parquet").is_file()), key=_version_key)
+    versions = sorted((d.name for d in base.iterdir() if (d / "nccl_perf.parquet").is_file()), key=version_key)
     if not versions:
         return None
     chosen = named if named in versions else versions[-1]

@@ -555,7 +555,7 @@ def test_sglang_on_hopper_prefills_over_a_short_cached_prefix_in_the_absorbed_fo
     from infercast.simulate import UserInput, simulate
 
     result = simulate(UserInput(model="deepseek-ai/DeepSeek-R1", device=device, num_devices=8, tp_size=8,
-                                engine=engine, query_length=2048, context_length=cached))
+                                engine=engine, query_length=2048, context_length=cached, prefill_cuda_graph="off"))
     names = {r.name.split(" ")[0]: r for r in result.ops}
     assert ("mla_attention" in names) == absorbed and ("mla_prefill_attention" in names) == (not absorbed)
     assert any(r.name.startswith("gemm (layers.*.self_attn.kv_b_proj)") for r in result.ops) == (not absorbed)
@@ -567,6 +567,33 @@ def test_sglang_on_hopper_prefills_over_a_short_cached_prefix_in_the_absorbed_fo
         table = aic.load("context_mla_absorbed", "h200_sxm", "sglang", "0.5.14")
         full = table.query(("bf16", "bf16"), (16, 4096, 1), LINEAR).value
         assert row.total_ms / row.count * 1e3 == pytest.approx(0.75 * full, rel=1e-6)
+
+
+def test_sglang_prefills_in_the_absorbed_form_inside_piecewise_graphs_and_the_planner_traces_each_form() -> None:
+    """sglang's MLA dispatch returns the absorbed form first thing inside piecewise CUDA graphs
+    (both Hopper's handler and Blackwell's trtllm_mla one). The planner prices a speculative
+    deployment's prefill without graphs, so it traces the prefill once for each form."""
+    from infercast.agg import StepPricer
+    from infercast.parallel import Workload
+    from infercast.plan import Layout, Planner, PlanRequest
+    from infercast.simulate import UserInput, simulate
+
+    def form(graphs: str, device: str = "H200") -> set[str]:
+        result = simulate(UserInput(model="deepseek-ai/DeepSeek-R1", device=device, num_devices=8, tp_size=8,
+                                    query_length=1024, prefill_cuda_graph=graphs))
+        return {r.name.split(" ")[0] for r in result.ops} & {"mla_attention", "mla_prefill_attention"}
+
+    assert form("on") == {"mla_attention"} and form("off") == {"mla_prefill_attention"}
+    assert form("on", "B200") == {"mla_attention"}
+    planner = Planner(PlanRequest(model="deepseek-ai/DeepSeek-R1", device="H200", num_devices=(8,)))
+    pricer = StepPricer(planner)
+    prefill = Workload(num_queries=1, query_length=1024, context_length=0, decode=False)
+    with_graphs = pricer.step(Layout(8, 8, 1, 1), None, prefill)
+    without = pricer.step(Layout(8, 8, 1, 1), None, prefill, speculative=True)
+    forms = {graphs: {r.name for r in records} & {"infercast::mla_attention", "infercast::mla_prefill_attention"}
+             for (*_, graphs), records in pricer._records.items()}
+    assert forms == {True: {"infercast::mla_attention"}, False: {"infercast::mla_prefill_attention"}}
+    assert without > with_graphs  # eager launches, whichever form
 
 
 def test_a_table_priced_gemm_carries_its_activation_quantization_an_analytic_one_does_not() -> None:

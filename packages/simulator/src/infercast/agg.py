@@ -111,20 +111,24 @@ class StepPricer:
             planner = self.planner
             built, ctx = planner._model(layout, quant)
             with ctx.using(workload):
-                records = self._records.get((layout, quant, workload))  # traced once, priced with and without graphs
-                if records is None:
-                    records = trace(built.sim, ctx.tokens)
-                    planner.traces += 1
-                    if not workload.decode:
-                        self._records[(layout, quant, workload)] = records
                 phase = phase_of(planner.costs, ctx, workload.decode, speculative=speculative,
                                  disaggregated=disaggregated)
+                # a prefill is traced once, or once for each of with and without graphs where the
+                # engine's MLA form follows them
+                traced = (layout, quant, workload, phase.piecewise and ctx.absorbed_in_graphs)
+                records = self._records.get(traced)
+                if records is None:
+                    with ctx.replaying_graphs(phase.piecewise):
+                        records = trace(built.sim, ctx.tokens)
+                    planner.traces += 1
+                    if not workload.decode:
+                        self._records[traced] = records
                 requests = ctx.requests
             micro = None
             if tbo:
                 half = Workload(max(1, -(-workload.num_queries // 2)), workload.query_length,
                                 workload.context_length, workload.decode)
-                with ctx.using(half):
+                with ctx.using(half), ctx.replaying_graphs(phase.piecewise):
                     micro = price_records(trace(built.sim, ctx.tokens), planner.costs, phase)
                 planner.traces += 1
             priced = price_records(records, planner.costs, phase)

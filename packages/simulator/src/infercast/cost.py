@@ -209,20 +209,23 @@ def _kv_pool_cast(record: OpRecord) -> OpCost:
     return OpCost(bytes=float(CAST_BYTES_PER_ELEMENT * record["pool_tokens"] * record["width"]), kind="cast")
 
 
+def cache_itemsize(record: OpRecord) -> int:
+    """Bytes an element of the KV cache takes, from the ``cache_dtype`` a cache op records."""
+    return getattr(torch, record["cache_dtype"].removeprefix("torch.")).itemsize
+
+
 @register_cost("infercast::kv_cache_write")
 def _kv_cache_write(record: OpRecord) -> OpCost:
     """Reads the new rows and writes them in the cache's dtype (an FP8 cache writes a byte each)."""
     rows = [t for t in (record["k"], record["v"]) if t is not None]
-    cache_itemsize = getattr(torch, record["cache_dtype"].removeprefix("torch.")).itemsize
-    return OpCost(bytes=float(sum(t.nbytes + t.numel * cache_itemsize for t in rows)))
+    return OpCost(bytes=float(sum(t.nbytes + t.numel * cache_itemsize(record) for t in rows)))
 
 
 @register_cost("infercast::rope_kv_cache_write")
 def _rope_kv_cache_write(record: OpRecord) -> OpCost:
     """Reads q, k and v once; writes the rotated q and the K/V rows in the cache's dtype."""
     q, k, v = record["q"], record["k"], record["v"]
-    cache_itemsize = getattr(torch, record["cache_dtype"].removeprefix("torch.")).itemsize
-    return OpCost(bytes=float(2 * q.nbytes + k.nbytes + v.nbytes + (k.numel + v.numel) * cache_itemsize))
+    return OpCost(bytes=float(2 * q.nbytes + k.nbytes + v.nbytes + (k.numel + v.numel) * cache_itemsize(record)))
 
 
 # -- ATen operators (a pytorch-ir graph: ``infercast simulate --from-ir``) ---------------

@@ -23,7 +23,7 @@ from typing import Any, Callable
 from infercast_adapters import InfercastError
 
 from infercast import analytic
-from infercast.cost import COMPUTE_DTYPE, OpCost, cost_of
+from infercast.cost import COMPUTE_DTYPE, OpCost, cache_itemsize, cost_of
 from infercast.devices import DeviceSpec
 from infercast.engines import Engine, HostCost, engine_named
 from infercast.kernels.aiconfigurator import EAGER_TIMED_GEMMS
@@ -280,10 +280,7 @@ def prefills_over_fp8_cache(record: OpRecord) -> bool:
         return (record["causal"] and not _decode_like(record["q_len"], record["kv_len"])
                 and _kv(record["k_cache"].dtype) == "fp8" and q.shape[2] <= FP8_QUERY_HEAD_DIM)
     if record.name == "infercast::mla_prefill_attention":
-        import torch
-
-        cache_dtype = getattr(torch, record["cache_dtype"].removeprefix("torch."))
-        return cache_dtype.itemsize == 1 and record["q"].shape[2] <= FP8_QUERY_HEAD_DIM
+        return cache_itemsize(record) == 1 and record["q"].shape[2] <= FP8_QUERY_HEAD_DIM
     return False
 
 
@@ -342,11 +339,16 @@ def _attention_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Ph
         h, s, b = c
         return _attention_shape(device, h, kv_heads if kv_key else h, head_dim, b, s, s, kv_dtype)
 
-    prefix = kv_len - q_len
-    scale = (kv_len ** 2 - prefix ** 2) / kv_len ** 2
     fp8_queries = model.engine.fp8_prefill_attention and prefills_over_fp8_cache(record)
     return Query("context_attention", ("fp8" if fp8_queries else "bf16", kv_dtype, head_dim, kv_key),
-                 (heads, kv_len, seqs), shape, scale, EXTRAPOLATED)
+                 (heads, kv_len, seqs), shape, _extend_share(q_len, kv_len), EXTRAPOLATED)
+
+
+def _extend_share(q_len: int, kv_len: int) -> float:
+    """The share of a causal prefill of ``kv_len`` tokens that an extend of its last ``q_len``
+    tokens computes: the (query, key) pairs its prefix leaves, (kv^2 - prefix^2) / kv^2."""
+    prefix = kv_len - q_len
+    return (kv_len ** 2 - prefix ** 2) / kv_len ** 2
 
 
 def _attention_shape(device, heads, kv_heads, head_dim, seqs, q_len, kv_len, kv_dtype, v_dim=None,
@@ -380,9 +382,8 @@ def _mla_latent_query(record: OpRecord, cost: OpCost, model: CostModel, phase: P
             h, s, b = c
             return _attention_shape(device, h, 1, 576, b, s, s, kv_dtype, v_dim=512, kind="mla_attention")
 
-        prefix = kv_len - q_len
         return Query("context_mla_absorbed", ("bf16", kv_dtype), (heads, kv_len, seqs), prefill,
-                     (kv_len ** 2 - prefix ** 2) / kv_len ** 2, EXTRAPOLATED)
+                     _extend_share(q_len, kv_len), EXTRAPOLATED)
 
     def shape(c):
         h, b, s = c
@@ -405,9 +406,8 @@ def _mla_prefill_query(record: OpRecord, cost: OpCost, model: CostModel, phase: 
         h, s, b = c
         return _attention_shape(device, h, h, 192, b, s, s, kv_dtype, v_dim=128)
 
-    prefix = kv_len - q_len
-    return Query("context_mla", ("bf16", kv_dtype), (heads, kv_len, seqs), shape,
-                 (kv_len ** 2 - prefix ** 2) / kv_len ** 2, EXTRAPOLATED)
+    return Query("context_mla", ("bf16", kv_dtype), (heads, kv_len, seqs), shape, _extend_share(q_len, kv_len),
+                 EXTRAPOLATED)
 
 
 def _mla_bmm_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -> Query | None:

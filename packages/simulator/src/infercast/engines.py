@@ -413,6 +413,8 @@ class Engine:
     absorbed_prefix_extend: AbsorbedPrefixExtend | None = None
     """When an MLA prefill over a short cached prefix runs in the absorbed form (None: always
     the expanded form)."""
+    absorbed_in_prefill_graphs: bool = False
+    """An MLA prefill that replays piecewise CUDA graphs attends in the absorbed form."""
     static_memory: StaticMemory | None = None
     """How the engine sizes its share of each device by default (None: a fixed share, taken as
     :data:`~infercast.memory.DEFAULT_MEMORY_FRACTION`)."""
@@ -580,6 +582,9 @@ register(Engine(
     attention_writes_cache=True,
     mla_pool_cast=SGLANG_MLA_POOL_CAST,
     absorbed_prefix_extend=SGLANG_ABSORBED_PREFIX_EXTEND,
+    # _handle_attention_backend and handle_attention_trtllm_mla return AttnForwardMethod.MLA
+    # first thing when is_in_piecewise_cuda_graph() (models/deepseek_common/attention_backend_handler.py, 0.5.9)
+    absorbed_in_prefill_graphs=True,
     static_memory=SGLANG_STATIC_MEMORY,
 ))
 register(Engine(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 from infercast_adapters import InfercastError
@@ -62,6 +62,12 @@ class SimContext:
     """An MLA prefill whose requests have between 1 and this many cached tokens in all, less one,
     attends in the absorbed form, as decode does (0: every prefill expands its cache); set by
     :func:`infercast.pricing.absorbed_prefix_below`."""
+    absorbed_in_graphs: bool = False
+    """An MLA prefill that replays piecewise CUDA graphs attends in the absorbed form (the
+    engine's rule, for a model with MLA)."""
+    in_prefill_graphs: bool = False
+    """The forward being traced replays piecewise CUDA graphs: set around a trace from its
+    phase (:meth:`replaying_graphs`)."""
     pointwise: PointwiseFusions | None = None
     """Pointwise kernels the serving engine folds into their neighbours (the engine's). Its FP8
     fusions apply to the ``fp8`` kernel family (no block scales: TensorRT-LLM's per-tensor FP8);
@@ -82,13 +88,22 @@ class SimContext:
             return "tp"
         return "all_to_all" if self.moe_all_to_all else "local"
 
+    def using(self, workload: Workload) -> contextlib.AbstractContextManager[None]:
+        """Trace (and size) for ``workload`` inside the block."""
+        return self._swapped("workload", workload)
+
+    def replaying_graphs(self, on: bool) -> contextlib.AbstractContextManager[None]:
+        """Trace a forward that does (``on``) or does not replay piecewise CUDA graphs."""
+        return self._swapped("in_prefill_graphs", on)
+
     @contextlib.contextmanager
-    def using(self, workload: Workload) -> Iterator[None]:
-        previous, self.workload = self.workload, workload
+    def _swapped(self, name: str, value: Any) -> Iterator[None]:
+        previous = getattr(self, name)
+        setattr(self, name, value)
         try:
             yield
         finally:
-            self.workload = previous
+            setattr(self, name, previous)
 
     @property
     def requests(self) -> int:
@@ -333,8 +348,8 @@ class SimMLAAttention(SimModule):
     Decode runs the absorbed form: q_nope is multiplied into the latent space (bmm with W_UK),
     attention runs over the 576-wide latent cache, and the output leaves through W_UV (bmm).
     Prefill runs the expanded form: kv_b_proj expands every cached latent to K and V; where the
-    engine says so (``ctx.absorbed_prefix_below``), a prefill over a short cached prefix runs
-    the absorbed form instead.
+    engine says so, a prefill over a short cached prefix (``ctx.absorbed_prefix_below``) or one
+    that replays piecewise CUDA graphs (``ctx.absorbed_in_graphs``) runs the absorbed form instead.
     """
 
     def __init__(self, ctx: SimContext, *, hidden_size: int, num_heads: int, q_lora_rank: int | None,
@@ -395,7 +410,8 @@ class SimMLAAttention(SimModule):
         ctx = self.ctx
         requests, kv_len = ctx.requests, ctx.workload.kv_length
         cached = requests * ctx.workload.context_length
-        if ctx.workload.decode or 0 < cached < ctx.absorbed_prefix_below:
+        in_graphs = ctx.in_prefill_graphs and ctx.absorbed_in_graphs
+        if ctx.workload.decode or in_graphs or 0 < cached < ctx.absorbed_prefix_below:
             OPS.mla_bmm(q_nope.transpose(0, 1), self.w_kc, "pre")                             # [H, T, latent]
             # FA3, FlashInfer and cutlass MLA take the absorbed q and q_pe as two inputs (sglang's
             # forward_absorb_core): no concat kernel; only Blackwell's trtllm_mla joins them (one

@@ -29,6 +29,7 @@ from infercast.layers import KV_DTYPES, SimContext
 from infercast.memory import MemoryLimits
 from infercast.parallel import Parallel, Workload, validate_layout
 from infercast.pricing import (
+    absorbed_in_graphs,
     absorbed_prefix_below,
     all_reduce_fusion,
     cost_model_for,
@@ -327,6 +328,7 @@ class Planner:
                                                              mode=self.request.all_reduce_fusion)[0]
             ctx.kv_pool_tokens = mla_pool_cast(self.costs, built, ctx)[0]
             ctx.absorbed_prefix_below = absorbed_prefix_below(self.costs, built)
+            ctx.absorbed_in_graphs = absorbed_in_graphs(self.costs, built)
             self._built[key] = (built, ctx)
         return self._built[key]
 
@@ -376,16 +378,19 @@ class Planner:
                 built, ctx = self._model(layout, quant)
             else:
                 built, ctx = self._draft(layout, quant, model.partition(":")[2])
-            records = self._prefill_records.get(shape)  # a prefill is priced with and without graphs
+            with ctx.using(workload):
+                phase = phase_of(self.costs, ctx, decode, speculative=speculative)
+            # a prefill is traced once, or once for each of with and without graphs where the
+            # engine's MLA form follows them
+            traced = (shape, phase.piecewise and ctx.absorbed_in_graphs)
+            records = self._prefill_records.get(traced)
             if records is None:
-                with ctx.using(workload):
+                with ctx.using(workload), ctx.replaying_graphs(phase.piecewise):
                     records = (trace(built.sim, ctx.tokens) if model == "target"
                                else trace_draft(built, ctx.tokens, logits))
                 self.traces += 1
                 if not decode:
-                    self._prefill_records[shape] = records
-            with ctx.using(workload):
-                phase = phase_of(self.costs, ctx, decode, speculative=speculative)
+                    self._prefill_records[traced] = records
             priced = price_records(records, self.costs, phase)
             self._seconds[key] = step_time(priced, self.costs, phase, host_step=False).seconds
         return self._seconds[key]

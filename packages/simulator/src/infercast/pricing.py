@@ -99,6 +99,12 @@ def absorbed_prefix_below(model: CostModel, built: BuiltModel) -> int:
     return rule.below
 
 
+def absorbed_in_graphs(model: CostModel, built: BuiltModel) -> bool:
+    """``SimContext.absorbed_in_graphs`` for this deployment: the engine's MLA prefill attends in
+    the absorbed form inside piecewise CUDA graphs, and the model attends with MLA."""
+    return model.engine.absorbed_in_prefill_graphs and has_mla(built)
+
+
 def default_memory_share(rule: StaticMemory, version: str | None, device: DeviceSpec, built: BuiltModel,
                          ctx: SimContext, config: Any, *, speculative: bool,
                          chunk: int | None = None, prefill_graphs: bool | None = None) -> tuple[float, float]:

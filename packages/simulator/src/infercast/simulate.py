@@ -21,11 +21,13 @@ from infercast.layers import KV_DTYPES, SimContext
 from infercast.memory import MemoryLimits
 from infercast.parallel import Parallel, Workload, validate_layout, validate_workload
 from infercast.pricing import (
+    absorbed_in_graphs,
     absorbed_prefix_below,
     all_reduce_fusion,
     cost_model_for,
     default_memory_share,
     mla_pool_cast,
+    phase_of,
     prefill_graph_blockers,
     prefill_graph_tokens,
     price,
@@ -102,6 +104,7 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     ctx.all_reduce_fusion_tokens, fusion_why = all_reduce_fusion(model, built, parallel, mode=user.all_reduce_fusion)
     ctx.kv_pool_tokens, cast_why = mla_pool_cast(model, built, ctx, layers=depth)
     ctx.absorbed_prefix_below = absorbed_prefix_below(model, built)
+    ctx.absorbed_in_graphs = absorbed_in_graphs(model, built)
     vision = None
     if user.image_batch_size:
         tower = built.sim.vision
@@ -117,14 +120,15 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     validate_workload(workload, max_positions=getattr(text, "max_position_embeddings", None))
     ctx.workload = workload
     images = ctx.requests * user.image_batch_size if vision and not decode else 0
-    records = trace(built.sim, ctx.tokens, every_layer=user.trace_every_layer, images=images,
-                    patches_per_image=vision.patches if vision else 0)
-    micro = None
-    if parallel.two_batch_overlap:
-        half = Workload(num_queries=max(1, -(-user.num_queries // 2)), query_length=query_length,
-                        context_length=context, decode=decode)
-        with ctx.using(half):
-            micro = trace(built.sim, ctx.tokens, every_layer=user.trace_every_layer)
+    with ctx.replaying_graphs(phase_of(model, ctx, decode).piecewise):
+        records = trace(built.sim, ctx.tokens, every_layer=user.trace_every_layer, images=images,
+                        patches_per_image=vision.patches if vision else 0)
+        micro = None
+        if parallel.two_batch_overlap:
+            half = Workload(num_queries=max(1, -(-user.num_queries // 2)), query_length=query_length,
+                            context_length=context, decode=decode)
+            with ctx.using(half):
+                micro = trace(built.sim, ctx.tokens, every_layer=user.trace_every_layer)
     if spec is None:
         result = price(user, built, records, model, ctx, decode, query_length, context, quant.describe(), micro=micro)
     else:

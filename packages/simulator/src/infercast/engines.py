@@ -223,13 +223,15 @@ class AbsorbedPrefixExtend:
     K and V: a forward whose requests have between 1 and ``below - 1`` cached tokens in all."""
 
     below: int
+    setting: str
+    """Where a user changes ``below``."""
     archs: frozenset[int]
     """The CUDA architectures whose default MLA backend takes this rule."""
     source: str
 
 
 SGLANG_ABSORBED_PREFIX_EXTEND = AbsorbedPrefixExtend(
-    8192, frozenset({90}),
+    8192, "SGLANG_CHUNKED_PREFIX_CACHE_THRESHOLD", frozenset({90}),
     "sglang's DeepSeek attention dispatch (_handle_attention_backend, models/deepseek_common/"
     "attention_backend_handler.py, 0.5.9) runs an extend in the expanded MHA form only when the batch has no cached "
     "prefix or at least SGLANG_CHUNKED_PREFIX_CACHE_THRESHOLD (8,192) cached tokens in all, and the absorbed MLA "

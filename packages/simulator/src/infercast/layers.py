@@ -92,6 +92,16 @@ class SimContext:
         """Trace (and size) for ``workload`` inside the block."""
         return self._swapped("workload", workload)
 
+    @property
+    def cached_tokens(self) -> int:
+        """Cached prompt tokens of this rank's requests in all (the workload's prefix)."""
+        return self.requests * self.workload.context_length
+
+    @property
+    def absorbs_prefix(self) -> bool:
+        """Whether this prefill's short cached prefix makes the engine's MLA attend in the absorbed form."""
+        return not self.workload.decode and 0 < self.cached_tokens < self.absorbed_prefix_below
+
     def replaying_graphs(self, on: bool) -> contextlib.AbstractContextManager[None]:
         """Trace a forward that does (``on``) or does not replay piecewise CUDA graphs."""
         return self._swapped("in_prefill_graphs", on)
@@ -409,9 +419,8 @@ class SimMLAAttention(SimModule):
     def _attend(self, q_nope: torch.Tensor, q_pe: torch.Tensor, k_pe: torch.Tensor) -> torch.Tensor:
         ctx = self.ctx
         requests, kv_len = ctx.requests, ctx.workload.kv_length
-        cached = requests * ctx.workload.context_length
         in_graphs = ctx.in_prefill_graphs and ctx.absorbed_in_graphs
-        if ctx.workload.decode or in_graphs or 0 < cached < ctx.absorbed_prefix_below:
+        if ctx.workload.decode or in_graphs or ctx.absorbs_prefix:
             OPS.mla_bmm(q_nope.transpose(0, 1), self.w_kc, "pre")                             # [H, T, latent]
             # FA3, FlashInfer and cutlass MLA take the absorbed q and q_pe as two inputs (sglang's
             # forward_absorb_core): no concat kernel; only Blackwell's trtllm_mla joins them (one

@@ -141,12 +141,12 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
         elif ctx.tokens > ctx.prefill_graph_tokens:
             result.notes.append(f"prefill launched eagerly: {ctx.tokens} tokens per rank, above the "
                                 f"{ctx.prefill_graph_tokens} that piecewise CUDA graphs capture")
-    cached = ctx.requests * context
-    if not decode and 0 < cached < ctx.absorbed_prefix_below:
+    if ctx.absorbs_prefix:
         result.notes.append(f"MLA prefill in the absorbed form: {model.engine.name} extends a batch with 1-"
-                            f"{ctx.absorbed_prefix_below - 1:,} cached tokens ({cached:,} a rank here) over the "
-                            f"latent cache instead of expanding it (SGLANG_CHUNKED_PREFIX_CACHE_THRESHOLD "
-                            f"{ctx.absorbed_prefix_below:,}); its attention costs more than over no prefix")
+                            f"{ctx.absorbed_prefix_below - 1:,} cached tokens ({ctx.cached_tokens:,} a rank here) "
+                            f"over the latent cache instead of expanding it "
+                            f"({model.engine.absorbed_prefix_extend.setting} {ctx.absorbed_prefix_below:,}); its "
+                            f"attention costs more than over no prefix")
     if ctx.kv_pool_tokens:
         capped = ctx.kv_pool_tokens == ctx.memory.max_total_tokens
         slots = (f"{ctx.kv_pool_tokens:,} slots a rank" + (", --max-total-tokens" if capped else "")

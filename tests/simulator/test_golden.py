@@ -307,12 +307,13 @@ def test_deepseek_v3_mla_moe_decode(capsys, tmp_path, h100) -> None:
     norms = 2  # fused_add_rms_norm before attention and before the MLP
     dense_mlp_kernels = 2 + 1 + 2  # gate_up (FP8), silu_and_mul, down (FP8)
     moe_kernels = (1  # router GEMM (bf16)
-                   + 1  # fused_moe: routing, the two grouped GEMMs and the activation, as one operator
+                   + 5  # fused_moe, one operator of five kernels: aligning the routed rows to blocks, the
+                   #       two grouped GEMMs, the activation between them and the sum over the top-k
                    + 2 + 1 + 2  # shared expert: gate_up, silu_and_mul, down
                    + 1)  # add of the shared and routed outputs
     expected_kernels = (1 + dense_layers * (mla_decode + norms + dense_mlp_kernels)
                         + moe_layers * (mla_decode + norms + moe_kernels) + 2)
-    assert expected_kernels == 69
+    assert expected_kernels == 77
     assert result["kernel_count"] == expected_kernels
 
     # --- o_proj, an FP8-block GEMM: m = 4, n = 256, k = 4 heads x 32 = 128; reads bf16 x, the
@@ -383,8 +384,8 @@ def test_qwen3_moe_decode(capsys, tmp_path, h100) -> None:
                          + 1  # o_proj
                          + 1  # fused_add_rms_norm
                          + 1  # router GEMM
-                         + 1)  # fused_moe (no shared expert, so no add)
-    assert result["kernel_count"] == 1 + layers * per_layer_kernels + 2 == 25
+                         + 5)  # fused_moe: align, two grouped GEMMs, activation, top-k sum (no shared expert, no add)
+    assert result["kernel_count"] == 1 + layers * per_layer_kernels + 2 == 33
 
     # --- the router: m = 4, n = 8 experts, k = 256, bf16
     seconds, bound = bf16_gemm(h100, BATCH, experts, h)

@@ -35,6 +35,19 @@ def test_sglang_captures_prefill_by_default_from_0_5_10(version: str, captured: 
     assert (eager_layer_launches > 2.0) is not captured
 
 
+def test_sglang_launch_time_reproduces_the_eager_forward_it_comes_from() -> None:
+    """SGLANG_EAGER is the launch time at which the traced eager forward of sglang PR 12160's batch
+    (DeepSeek-V3, one new token over one cached, TP8) takes its logged 82.6 ms
+    (benchmarks/derive_engine_constants.py); a tracer change that adds or drops kernels there
+    breaks this until the constant is derived again."""
+    result = simulate(UserInput(model="deepseek-ai/DeepSeek-V3", device="H200", num_devices=8, tp_size=8,
+                                query_length=1, context_length=1, engine_version="0.5.3", prefill_cuda_graph="off"))
+    per_step = sum(row.total_ms for row in result.ops if row.name.startswith("host: scheduling"))
+    assert result.step_latency_ms - per_step == pytest.approx(82.64, rel=0.01)
+    # host-bound: launches are all but the GPU's 12 ms of it
+    assert _launch_row(result) > 0.8 * result.step_latency_ms
+
+
 @pytest.mark.parametrize(("engine", "version", "mode"), [("sglang", "0.5.6.post2", "off"), ("sglang", "0.5.9", "off"),
                                                          ("sglang", "0.5.10", "auto"), ("sglang", None, "auto"),
                                                          ("vllm", "0.10.0", "auto"), ("trtllm", "1.0", "auto")])

@@ -470,10 +470,10 @@ def engine_named(name: str) -> Engine:
 # -- sources -------------------------------------------------------------------------------
 
 SGLANG_EAGER = HostCost(
-    45.5e-6,
+    47.1e-6,
     "sglang launching eagerly: a 1-token DeepSeek-V3 prefill forward took 82.6 ms eager vs 23.1 ms under a CUDA "
-    "graph (sglang PR #12160 log, 'forward cost'); host-bound, so 82.6 ms over the 1,814 kernels infercast traces "
-    "for that forward = 45.5 us per kernel (benchmarks/derive_engine_constants.py)",
+    "graph (sglang PR #12160 log, 'forward cost'); host-bound, so the launch time at which infercast's eager "
+    "forward of that batch (1,753 kernels) takes 82.6 ms: 47.1 us per kernel (benchmarks/derive_engine_constants.py)",
 )
 TORCH_EAGER = HostCost(
     8e-6,

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 from infercast_adapters import InfercastError
 
 from infercast.build import BuiltModel
+from infercast.cost import cost_of
 from infercast.costmodel import SOURCES, CostModel, Phase
 from infercast.devices import GIB, DeviceSpec
 from infercast.layers import SimContext, SimMLAAttention, SimMoE
@@ -254,7 +255,7 @@ def price(user: UserInput, built: BuiltModel, records: list[OpRecord], model: Co
         tpot_ms=step_s * 1e3 / query_length if decode else None,
         throughput_tokens_per_s_per_device=throughput,
         compute_ms=step.compute_s * 1e3, communication_ms=step.communication_s * 1e3,
-        kernel_count=sum(r.count for r, _ in priced),
+        kernel_count=sum(cost_of(r).kernels * r.count for r, _ in priced),
         memory_gib=usage, feasible=feasible, max_num_queries=max_queries,
         parameters_billion=built.param_count / 1e9,
         vision_parameters_billion=built.vision_param_count / 1e9,

@@ -132,10 +132,13 @@ M1_LONG = [
 # MTP: its batch-32 EP16 figure is the 675 of M3). Its prefill: one node, TP8, 512 prompts of
 # 4,096 tokens at once (bench_serving at its default unlimited rate), "16.5k input tokens per
 # second" a node; --chunked-prefill-size 16384 (four prompts a step) and the FP8 KV cache are the
-# prefill launch flags of the post's reproduction, antgroup/sglang PR 4. Not targets. The
-# measured figures include engine work the simulator does not price: FP8 MLA decode (FlashMLA
-# PR 82), DeepGEMM swapAB, single-batch overlap and affinity-aware EPLB in decode; FA3 in FP8,
-# the MHA path and a reduce-scatter/all-gather around fused_qkv_a_proj in prefill.
+# prefill launch flags of the post's reproduction, antgroup/sglang PR 4, and the post's prefill
+# keeps the attention input scattered around fused_qkv_a_proj (the same team's sglang PR 10568,
+# for H20 TP8 prefill in 16K chunks, --enable-attn-tp-input-scattered; its base, sglang 0.5.2,
+# had no piecewise prefill graphs). Not targets. The measured figures include engine work the
+# simulator does not price: FP8 MLA decode (FlashMLA PR 82), DeepGEMM swapAB, single-batch
+# overlap and affinity-aware EPLB in decode. In prefill, FA3 in FP8 over the FP8 cache and the
+# expanded (MHA) MLA form are priced.
 M3_OTHERS = [
     Point("M3-Base", "output tok/s per GPU", 714.0, "tok/s", _m3_decode(48, 16, 1, 1.85),
           _per_device, "decode", 0.10, "EP16, batch 48 a GPU, MTP 1 step"),
@@ -151,9 +154,11 @@ M3_OTHERS = [
           "EP32 (4 nodes), batch 32 a GPU, MTP 1 step (EP16: 675, M3)"),
     Point("M3-prefill", "input tok/s per GPU", 16500 / 8, "tok/s",
           UserInput(model="deepseek-ai/DeepSeek-R1", device="H20", num_devices=8, tp_size=8, num_queries=4,
-                    query_length=4096, kv_cache_dtype="fp8"),
+                    query_length=4096, kv_cache_dtype="fp8", enable_attn_tp_input_scattered=True,
+                    prefill_cuda_graph="off"),
           _per_device, "prefill", 0.10,
-          "TP8, 4 prompts of 4,096 tokens a step (chunked prefill 16,384), FP8 KV; 16.5k a node"),
+          "TP8, 4 prompts of 4,096 tokens a step (chunked prefill 16,384), FP8 KV, attention input scattered; "
+          "16.5k a node"),
 ]
 
 # M4: Llama-3.1-8B with its EAGLE-3 draft, chain of 3 (s3 k1 n4), 1 x H100. The paper gives no

@@ -68,6 +68,11 @@ class SimContext:
     in_prefill_graphs: bool = False
     """The forward being traced replays piecewise CUDA graphs: set around a trace from its
     phase (:meth:`replaying_graphs`)."""
+    attn_input_scattered: bool = False
+    """The engine's scattered attention input is on for this deployment (sglang's
+    ``--enable-attn-tp-input-scattered`` where its checks pass): prefill forwards keep each
+    layer's input reduce-scattered over TP (:attr:`scatters_attn_input`); set by
+    :func:`infercast.pricing.scattered_attention_input`."""
     pointwise: PointwiseFusions | None = None
     """Pointwise kernels the serving engine folds into their neighbours (the engine's). Its FP8
     fusions apply to the ``fp8`` kernel family (no block scales: TensorRT-LLM's per-tensor FP8);
@@ -101,6 +106,16 @@ class SimContext:
     def absorbs_prefix(self) -> bool:
         """Whether this prefill's short cached prefix makes the engine's MLA attend in the absorbed form."""
         return not self.workload.decode and 0 < self.cached_tokens < self.absorbed_prefix_below
+
+    @property
+    def scatters_attn_input(self) -> bool:
+        """Whether the forward being traced runs with the attention input scattered: prefill and
+        mixed steps of a deployment that has it on (not decode, not a draft's extend)."""
+        return self.attn_input_scattered and not self.workload.decode
+
+    def scattering_off(self) -> contextlib.AbstractContextManager[None]:
+        """Trace a forward the engine never scatters (a draft's extend) inside the block."""
+        return self._swapped("attn_input_scattered", False)
 
     def replaying_graphs(self, on: bool) -> contextlib.AbstractContextManager[None]:
         """Trace a forward that does (``on``) or does not replay piecewise CUDA graphs."""
@@ -399,8 +414,11 @@ class SimMLAAttention(SimModule):
         return self.latent_width * self.ctx.kv_cache_dtype.itemsize
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        ctx, T = self.ctx, x.shape[0]
+        ctx = self.ctx
         down = self.fused_qkv_a_proj(x)
+        if ctx.scatters_attn_input:  # this rank's share of the tokens: gather the narrow latent of all of them
+            down = OPS.all_gather(down, ctx.parallel.tp, "attn_tp")[: ctx.tokens]
+        T = down.shape[0]
         if self.q_lora_rank:
             q_lat, latent = down.split([self.q_lora_rank, self.latent_width], -1)
             q = self.q_b_proj(self.q_a_layernorm(q_lat))
@@ -572,6 +590,8 @@ class SimDecoderLayer(SimModule):
         """``first``: the input comes from no decoder layer's all-reduce (default: layer 0; an
         MTP module's layer, after its projection, also)."""
         p, ctx = self.ctx.parallel, self.ctx
+        if ctx.scatters_attn_input and p.tp > 1:
+            return self._with_scattered_input(h, residual)
         # the engine folds each all-reduce into the residual add and RMSNorm after it: the MLP's
         # into the next layer's input norm (not the last layer's), attention's into the norm below
         fused = p.tp > 1 and 0 < ctx.tokens <= ctx.all_reduce_fusion_tokens
@@ -597,6 +617,24 @@ class SimDecoderLayer(SimModule):
             residual = m.new_empty(m.shape)
         elif p.tp > 1 and dispatch != "all_to_all":
             m = OPS.all_reduce(m, p.tp, "attn_tp")
+        return m, residual
+
+    def _with_scattered_input(self, h: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A prefill layer with the attention input scattered over TP (sglang's
+        ``--enable-attn-tp-input-scattered``): ``h`` holds the previous MLP's (or the
+        embedding's) partial sums, which a reduce-scatter sums onto each rank's 1/TP of the tokens
+        (padded to a multiple of TP); the input norm and the attention's down projection run on
+        those, the attention all-gathers the latent; after attention this rank's rows take the
+        residual, an all-reduce sums every row and the norm runs on all of them. The MLP's output
+        is returned unsummed: the next layer's reduce-scatter (or the head's all-reduce) sums it."""
+        tp = self.ctx.parallel.tp
+        local = -(-h.shape[0] // tp)
+        h = OPS.reduce_scatter(h.new_empty(local * tp, *h.shape[1:]), tp, "attn_tp")
+        h, residual = self.input_layernorm(h, residual[:local])
+        a = self.self_attn(h)
+        OPS.add(a[:local], residual)  # this rank's rows of the attention output take the residual
+        residual = OPS.all_reduce(a, tp, "attn_tp")
+        m = self.mlp(self.post_attention_layernorm(residual))
         return m, residual
 
     def _through_gathered_moe(self, a: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -641,7 +679,7 @@ class SimEmbedding(SimModule):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         h = OPS.embedding(ids, self.weights["weight"])
-        if self.ctx.parallel.tp > 1:
+        if self.ctx.parallel.tp > 1 and not self.ctx.scatters_attn_input:  # scattered: the first layer reduce-scatters
             h = OPS.all_reduce(h, self.ctx.parallel.tp, "attn_tp")
         return h
 
@@ -671,8 +709,10 @@ class SimLMHead(SimModule):
     def forward(self, h: torch.Tensor, residual: torch.Tensor, rows: int | None = None) -> torch.Tensor:
         """Logits for ``rows`` tokens per request (default: every new token in decode, the
         last one in prefill)."""
-        h, _ = self.norm(h, residual)
         ctx = self.ctx
+        if ctx.scatters_attn_input and ctx.parallel.tp > 1:  # the last layer sums its MLP output as usual
+            h = OPS.all_reduce(h, ctx.parallel.tp, "attn_tp")
+        h, _ = self.norm(h, residual)
         per_request = rows if rows is not None else (ctx.workload.query_length if ctx.workload.decode else 1)
         last = ctx.requests * per_request
         if last != h.shape[0]:

@@ -18,6 +18,7 @@ from infercast.build import BuiltModel
 from infercast.cost import cost_of
 from infercast.costmodel import SOURCES, CostModel, Phase
 from infercast.devices import GIB, DeviceSpec
+from infercast.engines import reaches
 from infercast.layers import SimContext, SimMLAAttention, SimMoE
 from infercast.memory import kv_pool_tokens, memory
 from infercast.parallel import MixedWorkload, Workload
@@ -104,6 +105,28 @@ def absorbed_in_graphs(model: CostModel, built: BuiltModel) -> bool:
     """``SimContext.absorbed_in_graphs`` for this deployment: the engine's MLA prefill attends in
     the absorbed form inside piecewise CUDA graphs, and the model attends with MLA."""
     return model.engine.absorbed_in_prefill_graphs and has_mla(built)
+
+
+def scattered_attention_input(model: CostModel, built: BuiltModel, ctx: SimContext, *,
+                              speculative: str | None = None) -> str | None:
+    """Why the engine's scattered attention input (its opt-in flag) stays off for this
+    deployment, as the engine's own checks decide; None: it is on. Call after
+    ``ctx.prefill_graph_tokens`` is set; ``speculative``: the request's algorithm."""
+    rule, p = model.engine.scattered_attention_input, ctx.parallel
+    if rule is None:
+        return f"{model.engine.name} has no such layout"
+    if model.engine_version is not None and not reaches(model.engine_version, rule.since):
+        return f"{model.engine.name} {model.engine_version} has no {rule.flag} (from {rule.since})"
+    lora = [layer.self_attn.q_lora_rank for layer in built.sim.layers if isinstance(layer.self_attn, SimMLAAttention)]
+    blockers = (("a model without MLA and a query LoRA", len(lora) < len(built.sim.layers) or not all(lora)),
+                ("a device that is not CUDA", model.device.cuda_arch is None),
+                ("DP attention", p.dp > 1), ("no tensor parallelism", p.tp <= 1),
+                ("an MoE all-to-all backend (DeepEP)", ctx.moe_dispatch == "all_to_all"),
+                ("two-batch overlap", p.two_batch_overlap),
+                ("piecewise CUDA graphs in prefill", ctx.prefill_graph_tokens > 0),
+                ("EAGLE3", speculative == "EAGLE3"))
+    hit = [why for why, blocked in blockers if blocked]
+    return f"{model.engine.name} keeps it off with {hit[0]}" if hit else None
 
 
 def default_memory_share(rule: StaticMemory, version: str | None, device: DeviceSpec, built: BuiltModel,

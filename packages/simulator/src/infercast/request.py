@@ -84,6 +84,9 @@ class UserInput:
                                         "(default 0)", HW, kind=int, minimum=0, maximum=MAX_DEVICES)
     enable_shared_expert_tp: bool = opt(False, "shard shared experts over TP when EP > 1", HW, kind=bool)
     two_batch_overlap: bool = opt(False, "overlap communication with a second micro-batch", HW, kind=bool)
+    enable_attn_tp_input_scattered: bool = opt(False, "sglang's: in prefill each TP rank normalizes and "
+                                               "down-projects 1/TP of the tokens (MLA with a query LoRA, eager "
+                                               "prefill; from 0.5.6)", HW, kind=bool)
     super_node: bool = opt(False, "treat the device's super-node as one scale-up domain (Ascend)", HW, kind=bool)
     mem_fraction_static: float | None = opt(None, "share of each device's memory for weights, KV cache and "
                                             "activations (sglang's --mem-fraction-static, vLLM's "
@@ -254,6 +257,9 @@ def check(user: UserInput) -> UserInput:
     if user.all_reduce_fusion == "on" and engine_named(user.engine).all_reduce_fusion is None:
         raise FieldError("all_reduce_fusion", f"on: infercast models no all-reduce fusion for {user.engine} "
                          "(sglang's and vLLM's); use auto or off")
+    if user.enable_attn_tp_input_scattered and engine_named(user.engine).scattered_attention_input is None:
+        raise FieldError("enable_attn_tp_input_scattered", f"is an sglang server flag; infercast models no such "
+                         f"layout for {user.engine}")
     if user.cost_model == "analytic" and user.engine_version is not None:
         raise FieldError("engine_version", "selects measured kernel tables; it has no effect with {cost_model} "
                          "analytic")

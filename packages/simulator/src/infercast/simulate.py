@@ -32,6 +32,7 @@ from infercast.pricing import (
     prefill_graph_tokens,
     price,
     price_speculative,
+    scattered_attention_input,
     standard_dispatch_reason,
 )
 from infercast.quant import plan_from_action, plan_from_checkpoint
@@ -105,6 +106,9 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     ctx.kv_pool_tokens, cast_why = mla_pool_cast(model, built, ctx, layers=depth)
     ctx.absorbed_prefix_below = absorbed_prefix_below(model, built)
     ctx.absorbed_in_graphs = absorbed_in_graphs(model, built)
+    scatter_off = (scattered_attention_input(model, built, ctx, speculative=user.speculative_algorithm)
+                   if user.enable_attn_tp_input_scattered else None)
+    ctx.attn_input_scattered = user.enable_attn_tp_input_scattered and scatter_off is None
     vision = None
     if user.image_batch_size:
         tower = built.sim.vision
@@ -147,6 +151,13 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
                             f"over the latent cache instead of expanding it "
                             f"({model.engine.absorbed_prefix_extend.setting} {ctx.absorbed_prefix_below:,}); its "
                             f"attention costs more than over no prefix")
+    if user.enable_attn_tp_input_scattered:
+        flag = model.engine.scattered_attention_input.flag
+        result.notes.append(
+            f"{flag} has no effect: {scatter_off}" if scatter_off else
+            f"{flag}: a decode step runs as without it; prefill forwards scatter the attention input" if decode else
+            f"{flag}: each rank normalizes and down-projects 1/{parallel.tp} of the tokens between a "
+            "reduce-scatter and an all-gather of the latent, in place of each layer's MLP all-reduce")
     if ctx.kv_pool_tokens:
         capped = ctx.kv_pool_tokens == ctx.memory.max_total_tokens
         slots = (f"{ctx.kv_pool_tokens:,} slots a rank" + (", --max-total-tokens" if capped else "")

@@ -1,0 +1,104 @@
+"""sglang's ``--enable-attn-tp-input-scattered``: an MLA prefill's attention input kept
+reduce-scattered over TP, each rank normalizing and down-projecting its share of the tokens.
+
+A small DeepSeek-V3 (3 layers, q_lora_rank 96, latent 64 + 16) on 2 x H100 at TP2, one prompt of
+7 tokens: each rank's share is 4 rows (7 padded to 8)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from infercast.cli import main
+from infercast.simulate import UserInput, simulate
+
+LAYERS, TOKENS, TP = 3, 7, 2
+LOCAL = -(-TOKENS // TP)
+DEEPSEEK = dict(model_type="deepseek_v3", architectures=["DeepseekV3ForCausalLM"], hidden_size=256,
+                intermediate_size=512, moe_intermediate_size=128, num_hidden_layers=LAYERS, first_k_dense_replace=1,
+                num_attention_heads=4, num_key_value_heads=4, q_lora_rank=96, kv_lora_rank=64, qk_nope_head_dim=32,
+                qk_rope_head_dim=16, v_head_dim=32, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2,
+                n_group=4, topk_group=2, vocab_size=1000, max_position_embeddings=4096, tie_word_embeddings=False,
+                torch_dtype="bfloat16")
+LATENT = 96 + 64 + 16  # q_lora_rank + kv_lora_rank + qk_rope_head_dim: fused_qkv_a_proj's output
+
+
+@pytest.fixture(scope="module")
+def config_path(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("deepseek") / "config.json"
+    path.write_text(json.dumps(DEEPSEEK))
+    return str(path)
+
+
+def run(config_path: str, **fields):
+    base = dict(model=config_path, device="H100", num_devices=TP, tp_size=TP, query_length=TOKENS,
+                prefill_cuda_graph="off", trace_every_layer=True)
+    return simulate(UserInput(**{**base, **fields}))
+
+
+def calls(result, name: str) -> Counter:
+    """Calls of ``infercast::name`` by module path."""
+    return Counter(r.path for r, _ in result._timed if r.name == f"infercast::{name}" for _ in range(r.count))
+
+
+def rows_in(result, name: str, path_end: str) -> set[int]:
+    return {r.tensors()[0].shape[0] for r, _ in result._timed
+            if r.name == f"infercast::{name}" and r.path.endswith(path_end)}
+
+
+def test_each_layer_reduce_scatters_then_gathers_the_latent(config_path: str) -> None:
+    plain, scattered = run(config_path), run(config_path, enable_attn_tp_input_scattered=True)
+    # without: the embedding's all-reduce and two a layer (attention, MLP)
+    assert sum(calls(plain, "all_reduce").values()) == 1 + 2 * LAYERS
+    assert not calls(plain, "reduce_scatter") and not calls(plain, "all_gather").keys() - {"head"}
+    # with: each layer reduce-scatters its input (the embedding's or the previous MLP's partial
+    # sums), all-gathers the latent and all-reduces attention; the head sums the last MLP
+    assert sum(calls(scattered, "reduce_scatter").values()) == LAYERS
+    assert calls(scattered, "all_gather") == Counter({f"layers.{i}.self_attn": 1 for i in range(LAYERS)} | {"head": 1})
+    assert calls(scattered, "all_reduce") == Counter({f"layers.{i}": 1 for i in range(LAYERS)} | {"head": 1})
+    # the input norm and the down projection see this rank's rows; the gathered latent all of them
+    assert rows_in(scattered, "fused_add_rms_norm", "input_layernorm") == {LOCAL}
+    assert rows_in(scattered, "gemm", "fused_qkv_a_proj") | rows_in(scattered, "quant_gemm", "fused_qkv_a_proj") == {LOCAL}
+    assert rows_in(plain, "gemm", "fused_qkv_a_proj") | rows_in(plain, "quant_gemm", "fused_qkv_a_proj") == {TOKENS}
+    gathered = [r for r, _ in scattered._timed if r.name == "infercast::all_gather" and r.path.endswith("self_attn")]
+    assert {tuple(r.tensors()[0].shape) for r in gathered} == {(LOCAL, LATENT)}
+    # everything after the attention's all-reduce runs on every token, as without the flag
+    assert rows_in(scattered, "gemm", "o_proj") == rows_in(plain, "gemm", "o_proj") == {TOKENS}
+    assert any("each rank normalizes and down-projects 1/2 of the tokens" in n for n in scattered.notes)
+
+
+def test_a_decode_step_is_unchanged(config_path: str) -> None:
+    plain = run(config_path, query_length=None, decode=True, context_length=64)
+    flagged = run(config_path, query_length=None, decode=True, context_length=64, enable_attn_tp_input_scattered=True)
+    assert flagged.step_latency_ms == plain.step_latency_ms
+    assert any("a decode step runs as without it" in n for n in flagged.notes)
+
+
+@pytest.mark.parametrize(("fields", "reason"), [
+    (dict(num_devices=2, tp_size=1, dp_size=2), "DP attention"),
+    (dict(num_devices=1, tp_size=1), "no tensor parallelism"),
+    (dict(prefill_cuda_graph="auto"), "piecewise CUDA graphs in prefill"),
+    (dict(engine_version="0.5.5"), "sglang 0.5.5 has no --enable-attn-tp-input-scattered (from 0.5.6)"),
+])
+def test_sglang_keeps_it_off_where_its_checks_fail_and_says_why(config_path: str, fields: dict, reason: str) -> None:
+    plain = run(config_path, **fields)
+    flagged = run(config_path, enable_attn_tp_input_scattered=True, **fields)
+    assert not calls(flagged, "reduce_scatter")
+    assert flagged.step_latency_ms == plain.step_latency_ms
+    assert any(n.startswith("--enable-attn-tp-input-scattered has no effect") and reason in n for n in flagged.notes)
+
+
+def test_a_model_without_mla_keeps_it_off() -> None:
+    result = simulate(UserInput(model="meta-llama/Llama-3.1-8B-Instruct", device="H100", num_devices=2, tp_size=2,
+                                query_length=64, prefill_cuda_graph="off", enable_attn_tp_input_scattered=True))
+    assert not calls(result, "reduce_scatter")
+    assert any("a model without MLA and a query LoRA" in n for n in result.notes)
+
+
+def test_an_engine_without_the_flag_is_a_flag_error(capsys) -> None:
+    code = main(["simulate", "deepseek-ai/DeepSeek-V3", "--engine", "vllm", "--query-length", "64",
+                 "--enable-attn-tp-input-scattered"])
+    err = capsys.readouterr().err
+    assert code != 0 and "--enable-attn-tp-input-scattered is an sglang server flag" in err and "vllm" in err

@@ -132,6 +132,12 @@ def test_source_precedence_calibration_then_measured_then_analytic(tmp_path) -> 
     h20 = CostModel(DEVICES["H20"], "sglang")
     assert h20.price(gemm(1, 7168, 2048), DECODE).source == "analytic"
     assert any("no measured kernel tables" in note for note in h20.notes)
+    # a version there still sets the engine's defaults; a name that is no version is refused
+    versioned = CostModel(DEVICES["H20"], "sglang", engine_version="0.5.2")
+    assert versioned.engine_version == "0.5.2" and versioned.price(gemm(1, 7168, 2048), DECODE).source == "analytic"
+    assert any("sglang 0.5.2 sets the version's defaults" in note for note in versioned.notes)
+    with pytest.raises(InfercastError, match="'latest' is not a version number"):
+        CostModel(DEVICES["H20"], "sglang", engine_version="latest")
 
 
 def test_calibration_files_are_checked(tmp_path) -> None:

@@ -239,11 +239,14 @@ def _measured_tables(device: DeviceSpec, engine: Engine, version: str | None, no
     from infercast.kernels import MeasuredTables, available
 
     if not device.kernel_tables:
-        if version is not None:
-            raise InfercastError(f"--engine-version {version}: {device.name} has no measured kernel tables "
-                                 "(it is priced analytically)")
-        notes.append(f"{device.name} has no measured kernel tables: every operator is priced analytically "
-                     f"(efficiencies: {device.efficiency.source})")
+        from infercast.kernels.aiconfigurator import is_version
+
+        if version is not None and not is_version(version):
+            raise InfercastError(f"--engine-version {version!r} is not a version number (e.g. 0.5.9)")
+        defaults = (f"; {engine.name} {version} sets the version's defaults (prefill graphs, all-reduce fusion, "
+                    "scheduling)" if version is not None else "")
+        notes.append(f"{device.name} has no measured kernel tables: every operator is priced analytically"
+                     f"{defaults} (efficiencies: {device.efficiency.source})")
         return None
     if not available():
         notes.append("aiconfigurator-core is not installed: every operator is priced analytically "

@@ -138,6 +138,12 @@ def test_source_precedence_calibration_then_measured_then_analytic(tmp_path) -> 
     assert any("sglang 0.5.2 sets the version's defaults" in note for note in versioned.notes)
     with pytest.raises(InfercastError, match="'latest' is not a version number"):
         CostModel(DEVICES["H20"], "sglang", engine_version="latest")
+    # so does a version under --cost-model analytic
+    roofline_056 = CostModel(DEVICES["H200"], "sglang", engine_version="0.5.6", measured=False)
+    assert roofline_056.engine_version == "0.5.6" and roofline_056.tables is None
+    assert any("sglang 0.5.6 sets the version's defaults" in note for note in roofline_056.notes)
+    with pytest.raises(InfercastError, match="'latest' is not a version number"):
+        CostModel(DEVICES["H200"], "sglang", engine_version="latest", measured=False)
 
 
 def test_calibration_files_are_checked(tmp_path) -> None:

@@ -35,6 +35,13 @@ def test_sglang_captures_prefill_by_default_from_0_5_10(version: str, captured: 
     assert (eager_layer_launches > 2.0) is not captured
 
 
+@pytest.mark.parametrize(("version", "captured"), [("0.5.6", False), ("0.5.14", True)])
+def test_a_version_sets_its_defaults_under_the_analytic_cost_model_too(version: str, captured: bool) -> None:
+    result = simulate(UserInput(**LLAMA, query_length=64, cost_model="analytic", engine_version=version))
+    assert _graphs(result) == (captured, captured)
+    assert result.cost_model["engine_version"] == version
+
+
 def test_sglang_launch_time_reproduces_the_eager_forward_it_comes_from() -> None:
     """SGLANG_EAGER is the launch time at which the traced eager forward of sglang PR 12160's batch
     (DeepSeek-V3, one new token over one cached, TP8) takes its logged 82.6 ms

@@ -102,8 +102,10 @@ class CostModel:
             if self.tables is not None:
                 self.engine_version = self.tables.version
         elif engine_version is not None:
-            raise InfercastError("--engine-version selects measured kernel tables; it has no effect with "
-                                 "--cost-model analytic")
+            _check_version(engine_version)
+            self.notes.append(f"--cost-model analytic: every operator is priced analytically; {self.engine.name} "
+                              f"{engine_version} sets the version's defaults (prefill graphs, all-reduce fusion, "
+                              "scheduling)")
         self._cache: dict[tuple, Priced] = {}
 
     def engine_kernel(self, dtype: str, rest: tuple, preferred: tuple[str, ...] | None = None,
@@ -235,14 +237,20 @@ def _why_analytic(record: OpRecord, query: Query | None, model: CostModel) -> st
     return f"no {query.kind} table for {'/'.join(str(k) for k in query.key)}"
 
 
+def _check_version(version: str) -> None:
+    """Refuse an ``--engine-version`` that is not a version number where no tables list the valid ones."""
+    from infercast.kernels.aiconfigurator import is_version
+
+    if not is_version(version):
+        raise InfercastError(f"--engine-version {version!r} is not a version number (e.g. 0.5.9)")
+
+
 def _measured_tables(device: DeviceSpec, engine: Engine, version: str | None, notes: list[str]):
     from infercast.kernels import MeasuredTables, available
 
     if not device.kernel_tables:
-        from infercast.kernels.aiconfigurator import is_version
-
-        if version is not None and not is_version(version):
-            raise InfercastError(f"--engine-version {version!r} is not a version number (e.g. 0.5.9)")
+        if version is not None:
+            _check_version(version)
         defaults = (f"; {engine.name} {version} sets the version's defaults (prefill graphs, all-reduce fusion, "
                     "scheduling)" if version is not None else "")
         notes.append(f"{device.name} has no measured kernel tables: every operator is priced analytically"

@@ -260,9 +260,6 @@ def check(user: UserInput) -> UserInput:
     if user.enable_attn_tp_input_scattered and engine_named(user.engine).scattered_attention_input is None:
         raise FieldError("enable_attn_tp_input_scattered", f"is an sglang server flag; infercast models no such "
                          f"layout for {user.engine}")
-    if user.cost_model == "analytic" and user.engine_version is not None:
-        raise FieldError("engine_version", "selects measured kernel tables; it has no effect with {cost_model} "
-                         "analytic")
     return user
 
 

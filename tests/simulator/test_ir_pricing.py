@@ -124,3 +124,12 @@ def test_a_file_that_is_not_an_ir_is_refused(tmp_path, capsys) -> None:
     assert main(["simulate", "--from-ir", str(path)]) == 2
     assert "not a pytorch-ir graph" in " ".join(capsys.readouterr().err.split())  # rich wraps lines
     assert main(["simulate", "--from-ir", str(tmp_path / "missing.json")]) == 2
+
+
+def test_flags_the_graph_fixes_are_refused_with_from_ir(tmp_path, capsys) -> None:
+    path = tmp_path / "x.json"
+    path.write_text("{}")
+    # the layout and workload come from the graph: a flag for them would be dropped silently
+    assert main(["simulate", "--from-ir", str(path), "--tp-size", "4", "--query-length", "64"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--tp-size, --query-length: no effect with --from-ir" in err and "--engine-version" in err

@@ -136,12 +136,22 @@ def _cmd_export(args: argparse.Namespace, console: Console) -> int:
     return export_command(args, console)
 
 
+IR_FIELDS = ("device", "engine", "engine_version", "calibration", "cost_model")
+"""The request fields ``simulate --from-ir`` reads: the graph fixes the model, its shapes and layout."""
+
+
 def _cmd_simulate(args: argparse.Namespace, console: Console) -> int:
+    from infercast.request import UserInput, check, flag_of
+
     if args.from_ir:
         from infercast.export.cli import price_ir_command
 
+        unused = [flag_of(f.name) for f in dataclasses.fields(UserInput)
+                  if f.name not in IR_FIELDS and getattr(args, f.name) != f.default]
+        if unused:
+            raise InfercastError(f"{', '.join(unused)}: no effect with --from-ir (the graph fixes the model, its "
+                                 f"shapes and layout); it reads {', '.join(flag_of(n) for n in IR_FIELDS)}")
         return price_ir_command(args, console)
-    from infercast.request import UserInput, check
 
     user = check(UserInput(**{f.name: getattr(args, f.name) for f in dataclasses.fields(UserInput)}))
     for path in (args.output_json, args.chrome_trace):

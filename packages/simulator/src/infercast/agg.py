@@ -353,8 +353,9 @@ def serving_notes(planner: Planner, disagg: Any = None) -> list[str]:
             notes.append(f"{r.engine} schedules one step ahead of the GPU{spec}: a request arriving while a step "
                          "runs starts one step later")
         notes.append("TTFT under load runs low: of 27 published runs at 5-250 clients (NIM 1.8.0, sgl-cookbook) "
-                     "25 measured more than this model gives (median 43% low, up to 74%), for a cause not yet "
-                     "found; at one client it matches infercast simulate (benchmarks/serving_points.py, "
+                     "26 measured more than this model gives (median |error| 45%, up to 76% low; 2026-11-27), "
+                     "for a cause not yet found; at one client it matches infercast simulate "
+                     "(benchmarks/serving_points.py, "
                      "docs/fidelity.md 'Loaded serving')")
     if disagg is not None:
         notes.append("disaggregated: decode instances kept full at their batch (no wait for a decode slot in "

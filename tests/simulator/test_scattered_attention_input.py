@@ -102,3 +102,16 @@ def test_an_engine_without_the_flag_is_a_flag_error(capsys) -> None:
                  "--enable-attn-tp-input-scattered"])
     err = capsys.readouterr().err
     assert code != 0 and "--enable-attn-tp-input-scattered is an sglang server flag" in err and "vllm" in err
+
+
+def test_it_turns_the_all_reduce_fusion_off(config_path: str) -> None:
+    """sglang fuses no all-reduce with the norm after it while the input is scattered
+    (``should_fuse_mlp_allreduce_with_next_layer`` returns False; the attention's all-reduce and
+    the norm run apart)."""
+    plain, scattered = run(config_path), run(config_path, enable_attn_tp_input_scattered=True)
+    assert any(n.startswith("all-reduce fusion") for n in plain.notes)
+    assert sum(calls(plain, "fused_add_rms_norm").values()) < 2 * LAYERS + 1  # norms folded into all-reduces
+    assert not any(n.startswith("all-reduce fusion") for n in scattered.notes)
+    norms = calls(scattered, "fused_add_rms_norm") + calls(scattered, "rms_norm")
+    assert all(norms[f"layers.{i}.{norm}"] == 1 for i in range(LAYERS)
+               for norm in ("input_layernorm", "post_attention_layernorm"))

@@ -177,7 +177,7 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
                 f"{share:.3f} to price its default" if share > 0 else
                 f"memory: priced at {used:g} of each device; {engine}'s default keeps {reserved / 1024:.1f} GiB back "
                 f"here, more than the device holds (server_args.py): launch it with --mem-fraction-static {used:g}")
-    if 0 < ctx.tokens <= ctx.all_reduce_fusion_tokens:
+    if 0 < ctx.tokens <= ctx.all_reduce_fusion_tokens and not ctx.scatters_attn_input:
         result.notes.append(f"all-reduce fusion: {fusion_why}; each decoder layer's all-reduce carries the residual "
                             "add and RMSNorm after it (the last layer's all-reduce apart), priced as the all-reduce")
     if ctx.moe_dispatch == "local":

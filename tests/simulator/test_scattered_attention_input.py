@@ -1,8 +1,8 @@
 """sglang's ``--enable-attn-tp-input-scattered``: an MLA prefill's attention input kept
 reduce-scattered over TP, each rank normalizing and down-projecting its share of the tokens.
 
-A small DeepSeek-V3 (3 layers, q_lora_rank 96, latent 64 + 16) on 2 x H100 at TP2, one prompt of
-7 tokens: each rank's share is 4 rows (7 padded to 8)."""
+The golden tests' small DeepSeek-V3 (3 layers, q_lora_rank 96, latent 64 + 16, FP8 blocks) on
+2 x H100 at TP2, one prompt of 7 tokens: each rank's share is 4 rows (7 padded to 8)."""
 
 from __future__ import annotations
 
@@ -13,22 +13,17 @@ import pytest
 
 from infercast.cli import main
 from infercast.simulate import UserInput, simulate
+from .toy_models import DEEPSEEK_V3
 
-LAYERS, TOKENS, TP = 3, 7, 2
+LAYERS, TOKENS, TP = DEEPSEEK_V3["num_hidden_layers"], 7, 2
 LOCAL = -(-TOKENS // TP)
-DEEPSEEK = dict(model_type="deepseek_v3", architectures=["DeepseekV3ForCausalLM"], hidden_size=256,
-                intermediate_size=512, moe_intermediate_size=128, num_hidden_layers=LAYERS, first_k_dense_replace=1,
-                num_attention_heads=4, num_key_value_heads=4, q_lora_rank=96, kv_lora_rank=64, qk_nope_head_dim=32,
-                qk_rope_head_dim=16, v_head_dim=32, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2,
-                n_group=4, topk_group=2, vocab_size=1000, max_position_embeddings=4096, tie_word_embeddings=False,
-                torch_dtype="bfloat16")
 LATENT = 96 + 64 + 16  # q_lora_rank + kv_lora_rank + qk_rope_head_dim: fused_qkv_a_proj's output
 
 
 @pytest.fixture(scope="module")
 def config_path(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("deepseek") / "config.json"
-    path.write_text(json.dumps(DEEPSEEK))
+    path.write_text(json.dumps(DEEPSEEK_V3))
     return str(path)
 
 
@@ -60,12 +55,12 @@ def test_each_layer_reduce_scatters_then_gathers_the_latent(config_path: str) ->
     assert calls(scattered, "all_reduce") == Counter({f"layers.{i}": 1 for i in range(LAYERS)} | {"head": 1})
     # the input norm and the down projection see this rank's rows; the gathered latent all of them
     assert rows_in(scattered, "fused_add_rms_norm", "input_layernorm") == {LOCAL}
-    assert rows_in(scattered, "gemm", "fused_qkv_a_proj") | rows_in(scattered, "quant_gemm", "fused_qkv_a_proj") == {LOCAL}
-    assert rows_in(plain, "gemm", "fused_qkv_a_proj") | rows_in(plain, "quant_gemm", "fused_qkv_a_proj") == {TOKENS}
+    assert rows_in(scattered, "quant_gemm", "fused_qkv_a_proj") == {LOCAL}
+    assert rows_in(plain, "quant_gemm", "fused_qkv_a_proj") == {TOKENS}
     gathered = [r for r, _ in scattered._timed if r.name == "infercast::all_gather" and r.path.endswith("self_attn")]
     assert {tuple(r.tensors()[0].shape) for r in gathered} == {(LOCAL, LATENT)}
     # everything after the attention's all-reduce runs on every token, as without the flag
-    assert rows_in(scattered, "gemm", "o_proj") == rows_in(plain, "gemm", "o_proj") == {TOKENS}
+    assert rows_in(scattered, "quant_gemm", "o_proj") == rows_in(plain, "quant_gemm", "o_proj") == {TOKENS}
     assert any("each rank normalizes and down-projects 1/2 of the tokens" in n for n in scattered.notes)
 
 

@@ -110,3 +110,13 @@ def test_it_turns_the_all_reduce_fusion_off(config_path: str) -> None:
     norms = calls(scattered, "fused_add_rms_norm") + calls(scattered, "rms_norm")
     assert all(norms[f"layers.{i}.{norm}"] == 1 for i in range(LAYERS)
                for norm in ("input_layernorm", "post_attention_layernorm"))
+
+
+def test_a_multimodal_wrapper_keeps_the_embeddings_all_reduce() -> None:
+    """sglang's multimodal models embed the tokens before the language model's forward
+    (``general_mm_embed_routine``), outside the scattered context: Kimi-K2.5 keeps the
+    embedding's all-reduce, and its first layer still reduce-scatters."""
+    result = simulate(UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=8,
+                                query_length=256, prefill_cuda_graph="off", enable_attn_tp_input_scattered=True))
+    reduced = calls(result, "all_reduce")
+    assert reduced["embed_tokens"] == 1 and sum(calls(result, "reduce_scatter").values()) == 61

@@ -99,6 +99,8 @@ def build(config: Any, profile: ModelProfile, ctx: SimContext, manager: AdapterM
         vision_builder = builders.find("vision", model_type)
         if profile.has_vision and getattr(config, "vision_config", None) is not None and vision_builder:
             tower = vision_builder(ctx=ctx, config=config, text_hidden=hidden, profile=profile)
+            if isinstance(embed, SimEmbedding):
+                embed.outside_language_model = True
     sim = SimModel(ctx, embed, layers, head, vision=tower)
     vision_params = tower.total_logical_params() if tower is not None else 0
     return BuiltModel(sim=sim, param_count=sim.total_logical_params(), profile=profile, text_config=text,

@@ -676,10 +676,15 @@ class SimEmbedding(SimModule):
         self.ctx = ctx
         self.logical_params = vocab_size * hidden_size
         self.weight("weight", (math.ceil(vocab_size / ctx.parallel.tp), hidden_size))
+        self.outside_language_model = False
+        """The engine embeds the tokens before it enters the language model's forward, as sglang's
+        multimodal wrapper does (``general_mm_embed_routine``): the embedding's all-reduce stays
+        when that forward scatters its attention input."""
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         h = OPS.embedding(ids, self.weights["weight"])
-        if self.ctx.parallel.tp > 1 and not self.ctx.scatters_attn_input:  # scattered: the first layer reduce-scatters
+        # scattered: the first layer's reduce-scatter sums the partial embeddings instead
+        if self.ctx.parallel.tp > 1 and (self.outside_language_model or not self.ctx.scatters_attn_input):
             h = OPS.all_reduce(h, self.ctx.parallel.tp, "attn_tp")
         return h
 

@@ -180,12 +180,15 @@ def bench_serving_prompts(input_len: int, num_prompts: int = 10, seed: int = 1) 
     return tuple(int(n) for n in np.random.RandomState(seed).randint(1, input_len + 1, size=num_prompts))
 
 
-def mean_ttft(user: UserInput, prompts: Sequence[int], *, warm_first: bool) -> tuple[float, list[SimResult]]:
+def mean_ttft(user: UserInput, prompts: Sequence[int], *, warm_first: bool,
+              ran: str | None = None) -> tuple[float, list[SimResult]]:
     """The mean client TTFT over ``prompts`` sent one at a time, each ``user``'s prefill at its
     length, and the results in order. ``warm_first``: bench_serving's warm-up request is the run's
     first prompt and the prefix cache is flushed only with ``--flush-cache``, so the first timed
     request finds its prompt cached and computes only its last token (sglang always computes at
-    least one; a paged cache recomputes up to a page, left out here)."""
+    least one; a paged cache recomputes up to a page, left out here). ``ran``: the engine version
+    that measured, whose way of calling the model's tokenizer prices each prompt's tokenizing
+    (the kernels keep the newest tables)."""
     cache: dict[tuple[int, int], SimResult] = {}
 
     def prefill(query: int, cached: int) -> SimResult:
@@ -193,8 +196,18 @@ def mean_ttft(user: UserInput, prompts: Sequence[int], *, warm_first: bool) -> t
             cache[query, cached] = simulate(replace(user, query_length=query, context_length=cached))
         return cache[query, cached]
 
+    def ttft(result: SimResult, tokens: int) -> float:
+        if ran is None:
+            return result.ttft_ms
+        from infercast.engines import engine_named
+
+        priced = result.cost_model
+        engine = engine_named(priced["engine"])
+        as_ran = engine.request_cost(priced["tokenizer"], ran).at(tokens)
+        return result.ttft_ms + (as_ran - engine.request_cost(priced["tokenizer"], priced["engine_version"]).at(tokens)) * 1e3
+
     results = [prefill(1, n - 1) if i == 0 and warm_first else prefill(n, 0) for i, n in enumerate(prompts)]
-    return statistics.fmean(r.ttft_ms for r in results), results
+    return statistics.fmean(ttft(r, n) for r, n in zip(results, prompts)), results
 
 
 def sglang_c1(model: str, device: str, tp: int, ran: str, *, prompts: Sequence[int] = (), warm_first: bool = False,
@@ -211,7 +224,7 @@ def sglang_c1(model: str, device: str, tp: int, ran: str, *, prompts: Sequence[i
     user = UserInput(model=model, device=device, num_devices=tp, tp_size=tp, num_queries=1,
                      prefill_cuda_graph=prefill_graph or engine_named("sglang").prefill_graphs_as(ran),
                      all_reduce_fusion=fusion_in(ran, model, device, tp))
-    return lambda: mean_ttft(user, prompts, warm_first=warm_first)[0]
+    return lambda: mean_ttft(user, prompts, warm_first=warm_first, ran=ran)[0]
 
 
 def sglang_decode(model: str, device: str, tp: int, batch: int, context: int, ran: str) -> Callable[[], float]:
@@ -236,16 +249,21 @@ def batch_latency(model: str, device: str, tp: int, batch: int, prompt: int, out
     return run
 
 
-def _config_dir(name: str, values: dict, root: Path) -> str:
+def _config_dir(name: str, values: dict, root: Path, tokenizer_class: str | None = None) -> str:
+    """A model directory holding ``values`` as its config.json and, where given, the
+    ``tokenizer_config.json`` that names its tokenizer class."""
     path = root / name / "config.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(values))
+    if tokenizer_class is not None:
+        (path.parent / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": tokenizer_class}))
     return str(path.parent)
 
 
 def points(root: Path) -> list[Published]:
     l7, l70 = _llama2("Llama-2-7B", root), _llama2("Llama-2-70B", root)
-    kimi_k2 = _config_dir("Kimi-K2-Instruct-0905", _kimi_k2_instruct(), root)
+    # Kimi-K2's checkpoint tokenizes with tiktoken (tokenization_kimi.py), as Kimi-K2.5's does
+    kimi_k2 = _config_dir("Kimi-K2-Instruct-0905", _kimi_k2_instruct(), root, "TikTokenTokenizer")
     llama70 = "meta-llama/Llama-3.1-70B-Instruct"  # Llama-3.3-70B has the same architecture
     llama8 = "meta-llama/Llama-3.1-8B-Instruct"
     # the cookbook's runs: bench_serving's ten prompts, the first cached by its warm-up (no --flush-cache)

@@ -35,6 +35,8 @@ class Point:
     note: str = ""
     prompts: tuple[int, ...] = ()
     """A client TTFT over these prompts, one at a time, the first cached by the warm-up (``mean_ttft``)."""
+    ran: str | None = None
+    """The engine version that measured, where it decides how a prompt is tokenized (``mean_ttft``)."""
 
 
 def _tokens_per_gpu(accept_length: float = 1.0) -> Callable[[SimResult], float]:
@@ -72,8 +74,10 @@ M1_INPUT = round(6101 / 10)
 M1_PROMPTS, M1_PROMPTS_8K = bench_serving_prompts(1000), bench_serving_prompts(8000)
 M1_CONTEXT = M1_INPUT + round(4220 / 10 / 2)
 # The all-reduce fusion as the named release has it: 0.5.6.post2 fuses only on sm_100, so each
-# layer's all-reduce and RMSNorm run apart on H200 (0.5.9+ would fuse them for KimiK25).
-M1_FUSION = fusion_in("0.5.6.post2", "moonshotai/Kimi-K2.5", "H200", 8)
+# layer's all-reduce and RMSNorm run apart on H200 (0.5.9+ would fuse them for KimiK25). Any
+# build before 0.5.12 tokenizes the prompt through tokenizer(text), Kimi's slow path.
+M1_VERSION = "0.5.6.post2"
+M1_FUSION = fusion_in(M1_VERSION, "moonshotai/Kimi-K2.5", "H200", 8)
 
 POINTS = [
     Point("M1", "TTFT", 176.9, "ms",
@@ -82,7 +86,7 @@ POINTS = [
           lambda r: r.ttft_ms, "prefill", 0.15,
           f"concurrency 1; mean over the run's 10 prompts ({min(M1_PROMPTS)}-{max(M1_PROMPTS)} tokens, mean "
           f"{M1_INPUT}), the first cached",
-          prompts=M1_PROMPTS),
+          prompts=M1_PROMPTS, ran=M1_VERSION),
     Point("M1", "TPOT", 9.22, "ms",
           UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=8, num_queries=1,
                     all_reduce_fusion=M1_FUSION, decode=True, context_length=M1_CONTEXT),
@@ -104,7 +108,8 @@ M1_LONG = [
     Point("M1-1K/8K", "TTFT", 206.17, "ms",
           UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=8, num_queries=1,
                     all_reduce_fusion=M1_FUSION),
-          lambda r: r.ttft_ms, "prefill", 0.15, "as M1: the same 10 prompts, the first cached", prompts=M1_PROMPTS),
+          lambda r: r.ttft_ms, "prefill", 0.15, "as M1: the same 10 prompts, the first cached", prompts=M1_PROMPTS,
+          ran=M1_VERSION),
     Point("M1-1K/8K", "TPOT", 14.36, "ms",
           UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=8, num_queries=1,
                     all_reduce_fusion=M1_FUSION, decode=True, context_length=M1_INPUT + round(44462 / 10 / 2)),
@@ -116,7 +121,7 @@ M1_LONG = [
           lambda r: r.ttft_ms, "prefill", 0.15,
           f"mean over the run's 10 prompts ({min(M1_PROMPTS_8K):,}-{max(M1_PROMPTS_8K):,} tokens, mean "
           f"{round(41941 / 10):,}), the first cached",
-          prompts=M1_PROMPTS_8K),
+          prompts=M1_PROMPTS_8K, ran=M1_VERSION),
     Point("M1-8K/1K", "TPOT", 24.95, "ms",
           UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, tp_size=8, num_queries=1,
                     all_reduce_fusion=M1_FUSION, decode=True, context_length=round(41941 / 10) + round(4220 / 10 / 2)),
@@ -254,7 +259,7 @@ def main() -> int:
 
     def add_point(point: Point, into: dict[str, list[float]]) -> None:
         if point.prompts:
-            simulated, results = mean_ttft(point.user, point.prompts, warm_first=True)
+            simulated, results = mean_ttft(point.user, point.prompts, warm_first=True, ran=point.ran)
             weights = [r.ttft_ms / sum(r.ttft_ms for r in results) for r in results]
             tables, host = (sum(w * share for w, share in zip(weights, column))
                             for column in zip(*(shares(r) for r in results)))

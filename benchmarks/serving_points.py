@@ -97,7 +97,7 @@ def simulated_clients(request: PlanRequest, clients: int, tp: int, *, requests: 
                             warmup=max(100, 4 * clients) if warmup is None else warmup, seed=seed)
             for seed in range(1, seeds + 1)]
     ttft = statistics.mean(statistics.mean(run.ttft_s) for run in runs)
-    return (ttft + planner.costs.engine.request.at(round(lengths.mean_input))) * 1e3
+    return (ttft + planner.costs.request_cost(planner.profile.tokenizer).at(round(lengths.mean_input))) * 1e3
 
 
 def main() -> int:

@@ -14,8 +14,9 @@ version runs by default (vLLM from 0.14.0 one step ahead of the GPU; the all-red
 the norm after it by sglang's rules for the version, by vLLM's from 0.17.0), the launch flags of
 the run's recipe that the simulator prices (:func:`recipe`: prompt budget, running requests,
 KV cache dtype, sglang's --scheduler-recv-interval), and the engine's per-request host time
-added to each TTFT. The mean TTFT therefore includes the first wave of N prompts arriving
-together (InferenceX's warm-up requests precede the timed ones and are not counted).
+added to each TTFT, with the prompt tokenized as the run's version calls the model's tokenizer.
+The mean TTFT therefore includes the first wave of N prompts arriving together (InferenceX's
+warm-up requests precede the timed ones and are not counted).
 
 A run of 10 x N requests is one draw of its lengths, and at a few clients one draw decides much
 of its mean TTFT: two clients that draw the same output length finish in the same step and send
@@ -231,7 +232,10 @@ def replay(row: dict, pricers: dict) -> tuple[float, float]:
                          lookahead=planner.costs.overlapped())
     runs = [simulate_engine(cost, policy, lengths, clients=clients, requests=10 * clients, warmup=0, seed=seed)
             for seed in range(SEEDS)]
-    host = planner.costs.engine.request.at(round(lengths.mean_input))
+    # the run's version decides how the server calls the model's tokenizer (Kimi's is slow before
+    # sglang 0.5.12 and vLLM 0.24.0); a run without one is taken as the tables' version
+    ran = row["backend_version"] or planner.costs.engine_version
+    host = planner.costs.engine.request_cost(planner.profile.tokenizer, ran).at(round(lengths.mean_input))
     ttft = statistics.mean(statistics.mean(run.ttft_s) for run in runs)
     return (ttft + host) * 1e3, statistics.mean(statistics.mean(run.tpot_s) for run in runs) * 1e3
 

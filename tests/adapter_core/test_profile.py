@@ -52,6 +52,7 @@ def test_overrides_are_copied_from_the_callers_dict() -> None:
         ({"vision_tower_class": "Tower"}, "vision_tower_path"),
         ({"field_overrides": {"ok": "not ok"}}, "field_overrides"),
         ({"attention_qk_norm": "yes"}, "attention_qk_norm"),
+        ({"tokenizer": "sentencepiece"}, "tokenizer"),
     ],
 )
 def test_invalid_field_is_named(changes: dict, field: str) -> None:
@@ -63,3 +64,16 @@ def test_invalid_field_is_named(changes: dict, field: str) -> None:
 
 def test_vision_fields_together_are_valid() -> None:
     make(vision_tower_class="Tower", vision_tower_path="vision_tower", vision_blocks_path="vision_tower.blocks").validate()
+
+
+@pytest.mark.parametrize(("tokenizer_class", "kind"), [
+    ("TikTokenTokenizer", "tiktoken"),
+    ("LlamaTokenizerFast", "fast"),
+    ("PreTrainedTokenizerFast", "fast"),
+    ("TokenizersBackend", "fast"),
+    ("LlamaTokenizer", None),
+])
+def test_tokenizer_class_kinds(tokenizer_class: str, kind: str | None) -> None:
+    from infercast_adapters.profile import tokenizer_kind_of
+
+    assert tokenizer_kind_of(tokenizer_class) == kind

@@ -151,6 +151,23 @@ def load_local_config(path: str | Path, aliases: Mapping[str, str] = {}) -> Pret
     return config_from_dict(values, source=str(file), aliases=aliases)
 
 
+def local_tokenizer_class(model_ref: str) -> str | None:
+    """The ``tokenizer_class`` that a local checkpoint's ``tokenizer_config.json`` (beside its
+    ``config.json``) names; None for a hub id, a reference an adapter resolves, or a checkpoint
+    without one.
+
+    :raises ConfigError: the file exists but is not a JSON object.
+    """
+    if not isinstance(model_ref, str) or not _looks_like_path(model_ref):
+        return None
+    path = Path(model_ref).expanduser()
+    file = (path if path.is_dir() else path.parent) / "tokenizer_config.json"
+    if not file.is_file():
+        return None
+    name = _read_json(file).get("tokenizer_class")
+    return name if isinstance(name, str) else None
+
+
 def _native_reload(config: PretrainedConfig, aliases: Mapping[str, str]) -> PretrainedConfig | None:
     native = native_model_type(getattr(config, "model_type", None), aliases)
     if native is None:

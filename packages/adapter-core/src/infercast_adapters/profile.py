@@ -15,6 +15,23 @@ _DOTTED_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 ATTENTION_KINDS = ("gqa", "mla")
 """The attention kinds the simulator builds itself; a plugin may register builders for more."""
 
+TOKENIZER_KINDS = ("fast", "tiktoken")
+"""How a family's checkpoints tokenize: ``fast``, a Rust HuggingFace ``tokenizers`` class
+(``PreTrainedTokenizerFast``); ``tiktoken``, a Python ``PreTrainedTokenizer`` over tiktoken whose
+``encode()`` calls tiktoken directly while ``tokenizer(text)`` runs transformers' Python pipeline
+(Kimi's ``TikTokenTokenizer``). Serving engines call one or the other, so the kind decides the
+prompt's tokenizing time."""
+
+
+def tokenizer_kind_of(tokenizer_class: str) -> str | None:
+    """The kind (:data:`TOKENIZER_KINDS`) of a ``tokenizer_config.json``'s ``tokenizer_class``;
+    None for a slow class other than tiktoken's, whose speed is not known here."""
+    if tokenizer_class == "TikTokenTokenizer":
+        return "tiktoken"
+    if tokenizer_class.endswith("Fast") or tokenizer_class == "TokenizersBackend":
+        return "fast"
+    return None
+
 
 @dataclass(frozen=True)
 class ModelProfile:
@@ -39,6 +56,8 @@ class ModelProfile:
     """Class name of the sparse MoE block; None for dense models."""
     vision_tower_class: str | None = None
     """Class name of the vision encoder; None for text-only models."""
+    tokenizer: str = "fast"
+    """The family's tokenizer kind, one of :data:`TOKENIZER_KINDS`."""
     routed_experts_key: str | None = None
     """Config key of the number of routed experts (``n_routed_experts``, ``num_experts``...)."""
     text_config_key: str | None = None
@@ -107,6 +126,8 @@ class ModelProfile:
                 raise ProfileError("field_overrides", f"{key!r} -> {value!r} is not an attribute-name pair")
         if not isinstance(self.attention_qk_norm, bool):
             raise ProfileError("attention_qk_norm", f"{self.attention_qk_norm!r} is not a bool")
+        if self.tokenizer not in TOKENIZER_KINDS:
+            raise ProfileError("tokenizer", f"{self.tokenizer!r} is not a tokenizer kind; known: {', '.join(TOKENIZER_KINDS)}")
 
     def field_name(self, canonical: str) -> str:
         """The attribute name this family uses for a canonical (transformers-native) name."""

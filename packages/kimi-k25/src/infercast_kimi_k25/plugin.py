@@ -32,6 +32,9 @@ PROFILE = ModelProfile(
     attention_kind="mla",
     moe_class="DeepseekV3MoE",
     vision_tower_class="Kimi_K25VisionModel",
+    # the checkpoint ships a slow TikTokenTokenizer (tokenization_kimi.py over tiktoken.model) and no
+    # tokenizer.json (TensorRT-LLM PR 14416)
+    tokenizer="tiktoken",
     routed_experts_key="n_routed_experts",
     text_config_key="text_config",
     language_model_path="model.language_model",

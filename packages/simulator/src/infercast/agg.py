@@ -275,7 +275,7 @@ def evaluate_agg(planner: Planner, pricer: StepPricer, layout: Layout, quant: st
     recv = recv_interval_of(planner, layout)
     engine = rank_policy(chunk, batch, layout.dp, policy, config.accept_length, recv,
                          planner.costs.overlapped(speculative=spec is not None))
-    host = planner.costs.engine.request.at(round(lengths.mean_input))
+    host = planner.costs.request_cost(planner.profile.tokenizer).at(round(lengths.mean_input))
     ttft_slo = r.ttft_slo_ms / 1e3 if r.ttft_slo_ms else None
     tpot_slo = r.tpot_slo_ms / 1e3 if r.tpot_slo_ms else None
     met, point = serve(cost, engine, lengths, r.serving, ttft_slo_s=ttft_slo, tpot_slo_s=tpot_slo, host_s=host,

@@ -126,6 +126,10 @@ class CostModel:
         """The engine's host time per step (per speculative cycle) at this version and overlap mode."""
         return self.engine.host_step(self.engine_version, self.overlap, speculative=speculative)
 
+    def request_cost(self, tokenizer: str) -> HostCost:
+        """The engine's per-request host time for a model with a ``tokenizer`` kind, at this version."""
+        return self.engine.request_cost(tokenizer, self.engine_version)
+
     def overlapped(self, speculative: bool = False) -> bool:
         """Whether the scheduler runs one step ahead of the GPU (:meth:`Engine.overlapped`)."""
         return self.engine.overlapped(self.engine_version, self.overlap, speculative=speculative)

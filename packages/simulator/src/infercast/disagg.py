@@ -194,7 +194,7 @@ def prefill_choice(planner: Planner, pricer: StepPricer, layout: Layout, quant: 
     static = pricer.static(layout, quant, dp, None)
     prompts = LengthDist(tuple((i, 1, w) for i, _, w in lengths.rows), lengths.source)
     transfer_s, size, streams = kv_transfer(planner, layout, quant, lengths.mean_input)
-    host = planner.costs.engine.request.at(round(lengths.mean_input)) + transfer_s
+    host = planner.costs.request_cost(planner.profile.tokenizer).at(round(lengths.mean_input)) + transfer_s
     device = planner.device
     network = layout.num_devices * device.scale_out_bandwidth_bytes_per_s * device.efficiency.scale_out / size
     best = None

@@ -382,6 +382,27 @@ VLLM_ALL_TO_ALL = MoEAllToAll(
 
 
 @dataclass(frozen=True)
+class SlowTokenizerCall:
+    """How an engine's request path calls a slow (Python) tokenizer class: ``tokenizer(text)``,
+    which runs transformers' Python pipeline, or ``tokenizer.encode(text)``, which a tiktoken
+    class (Kimi's ``TikTokenTokenizer``) answers from tiktoken directly."""
+
+    encode_since: str | None
+    """The first version that calls ``encode()`` (None: every version modelled does); before it,
+    ``tokenizer(text)``."""
+    source: str
+
+    def encodes(self, version: str | None) -> bool:
+        return self.encode_since is None or reaches(version, self.encode_since)
+
+
+TIKTOKEN_ENCODE_PER_TOKEN_S = 47e-3 / 80e3
+TIKTOKEN_PIPELINE_PER_TOKEN_S = 308e-3 / 80e3
+"""Kimi-K2.5's ``TikTokenTokenizer`` on one 80K-token text: ``tok.encode(text)`` 47 ms (0.59 us a
+token), ``tok([text])`` 308 ms (3.85 us a token; sglang PR 25265's microbenchmark)."""
+
+
+@dataclass(frozen=True)
 class Engine:
     name: str
     tables: str
@@ -447,6 +468,9 @@ class Engine:
     static_memory: StaticMemory | None = None
     """How the engine sizes its share of each device by default (None: a fixed share, taken as
     :data:`~infercast.memory.DEFAULT_MEMORY_FRACTION`)."""
+    slow_tokenizer: SlowTokenizerCall | None = None
+    """How the request path calls a slow tokenizer class (None: not known, taken as
+    ``tokenizer(text)``)."""
 
     def prefill_graphs_as(self, version: str | None) -> str:
         """The ``--prefill-cuda-graph`` mode that prices prefill launched as engine ``version``
@@ -454,6 +478,26 @@ class Engine:
         predates its engine's default capture, else ``auto``."""
         policy = self.prefill_graphs
         return "auto" if policy is None or version is None or policy.applies(version) else "off"
+
+    def request_cost(self, tokenizer: str, version: str | None) -> HostCost:
+        """The per-request host time (``request``) for a model whose tokenizer is of kind
+        ``tokenizer`` (``fast`` or ``tiktoken``, :data:`infercast_adapters.profile.TOKENIZER_KINDS`)
+        at engine ``version`` (None: the newest)."""
+        if tokenizer == "fast":
+            return self.request
+        if tokenizer != "tiktoken":
+            raise InfercastError(f"unknown tokenizer kind {tokenizer!r}; known: fast, tiktoken")
+        call = self.slow_tokenizer
+        if call is not None and call.encodes(version):
+            rate, how = TIKTOKEN_ENCODE_PER_TOKEN_S, "tokenizer.encode(text), tiktoken's own path"
+        else:
+            rate, how = TIKTOKEN_PIPELINE_PER_TOKEN_S, "tokenizer(text), transformers' Python pipeline"
+        when = call.source if call is not None else "not known for this engine, taken as tokenizer(text)"
+        return replace(self.request, per_item_s=rate, source=(
+            f"{self.request.source}. This model's tokenizer is a tiktoken class (Kimi's TikTokenTokenizer), called "
+            f"as {how}: {rate * 1e6:.2f} us a token, not {TOKENIZE_PER_TOKEN_S * 1e6:.1f} (sglang PR 25265: 80K "
+            f"tokens in 47 ms through encode(), 308 ms through tokenizer(text)); {self.name} "
+            f"{version or 'newest'}: {when}"))
 
     def host_step(self, version: str | None, mode: str = "auto", *, speculative: bool = False) -> HostCost:
         """The host time a step (a speculative cycle) waits for at engine ``version``:
@@ -616,6 +660,10 @@ register(Engine(
     absorbed_in_prefill_graphs=True,
     scattered_attention_input=SGLANG_SCATTERED_ATTENTION_INPUT,
     static_memory=SGLANG_STATIC_MEMORY,
+    slow_tokenizer=SlowTokenizerCall(
+        "0.5.12", "TokenizerManager._tokenize_texts calls tokenizer(texts) up to 0.5.11 and, for a tokenizer that is "
+        "not is_fast, encode() on each text from 0.5.12 (PR 25265); the opt-in --enable-dynamic-batch-tokenizer "
+        "path still calls tokenizer(text) (issue 29163)"),
 ))
 register(Engine(
     name="vllm", tables="vllm",
@@ -637,6 +685,11 @@ register(Engine(
     # faster than Marlin (pytorch/FBGEMM PR 3259), so both are priced at Marlin's figure
     dense_kernels={"w4a16": "marlin"},
     moe_all_to_all=VLLM_ALL_TO_ALL,
+    slow_tokenizer=SlowTokenizerCall(
+        "0.24.0", "the OpenAI server tokenizes prompts through AsyncMicrobatchTokenizer, which calls tokenizer(prompt) "
+        "(vllm/utils/async_utils.py in 0.16.0, 0.20.0, 0.22.0 and 0.23.0; vLLM issue 39590; earlier versions not "
+        "checked, taken the same), and from 0.24.0 through the renderer's _encode, tokenizer.encode(prompt) "
+        "(vllm/renderers/base.py)"),
 ))
 register(Engine(
     name="trtllm", tables="trtllm",
@@ -655,6 +708,9 @@ register(Engine(
                                  + PYTHON_STEP_NO_OVERLAP.source),
     request=replace(SGLANG_REQUEST, source="assumed equal to sglang's: " + SGLANG_REQUEST.source),
     pointwise=TRTLLM_POINTWISE,
+    slow_tokenizer=SlowTokenizerCall(
+        None, "its DefaultInputProcessor tokenizes a text prompt with tokenizer.encode(prompt) (tensorrt_llm/inputs/"
+        "registry.py as of 2026; earlier versions not checked)"),
     moe_all_to_all=MoEAllToAll(
         frozenset(), needs_dp=True, other_vendors=False,
         source="TensorRT-LLM's wide-EP fused MoE (select_alltoall_method_type): no all-to-all without attention DP, "

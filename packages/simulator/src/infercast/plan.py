@@ -450,7 +450,7 @@ class Planner:
         config.tokens_per_s_per_device = batch * tau / cycle / layout.num_devices
         config.ttft_ms = (self.seconds(layout, quant, "target", 1, r.input_length, 1, decode=False,
                                        speculative=spec is not None)
-                          + costs.host_step().at(1) + costs.engine.request.at(r.input_length)) * 1e3
+                          + costs.host_step().at(1) + costs.request_cost(self.profile.tokenizer).at(r.input_length)) * 1e3
         ratios = [v / slo for v, slo in ((config.ttft_ms, r.ttft_slo_ms), (config.tpot_ms, r.tpot_slo_ms)) if slo]
         config.violation = max([0.0] + [x - 1 for x in ratios])
         config.meets_slo = config.violation == 0.0

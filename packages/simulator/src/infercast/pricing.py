@@ -229,7 +229,8 @@ def price(user: UserInput, built: BuiltModel, records: list[OpRecord], model: Co
     step_s = step.seconds
     # a prefill on cached tokens is a prefix-cache hit: the client still sends, and the engine
     # tokenizes, the whole prompt
-    request_s = 0.0 if decode else model.engine.request.at(query_length + context)
+    request = model.request_cost(built.profile.tokenizer)
+    request_s = 0.0 if decode else request.at(query_length + context)
     total_s = step_s + request_s
     shared = step.compute_s + step.communication_s + sum(h.seconds for h in step.host) + request_s
     # what the shares divide: the kernels back to back, plus the host rows
@@ -244,7 +245,7 @@ def price(user: UserInput, built: BuiltModel, records: list[OpRecord], model: Co
     ops = [OpRow(name, int(v[0]), float(v[1]) * 1e3, float(v[1]) / shared if shared else 0.0,
                  max(v[2].items(), key=lambda kv: kv[1])[0], source, v[3]) for (name, source), v in rows.items()]
     hosts = step.host + ([HostRow("request: HTTP, tokenization, scheduling, first token out (TTFT)", request_s,
-                                  model.engine.request.source)] if request_s else [])
+                                  request.source)] if request_s else [])
     ops += [OpRow(h.name, 1, h.seconds * 1e3, h.seconds / shared if shared else 0.0, "host", "engine", h.source)
             for h in hosts]
     ops.sort(key=lambda row: row.total_ms, reverse=True)
@@ -285,6 +286,7 @@ def price(user: UserInput, built: BuiltModel, records: list[OpRecord], model: Co
         routing_assumption=moe.routing_assumption if moe is not None else None,
         ops=ops, simulation_wall_s=0.0, notes=notes,
         cost_model={"engine": model.engine.name, "engine_version": model.engine_version, "sources": model.describe(),
+                    "tokenizer": built.profile.tokenizer,
                     "cuda_graph": phase.graph, "piecewise": phase.piecewise, "measured_share": shares},
         _timed=priced,
     )

@@ -10,7 +10,8 @@
   eagerly, between replays of the captured pieces, so only those launches count.
 - Every step also waits for the engine's host work between steps (scheduling, sampling),
   ``engine.step`` (or, where the scheduler does not run ahead of the GPU, its
-  ``step_without_overlap``), and a client-measured TTFT adds the per-request work ``engine.request``.
+  ``step_without_overlap``), and a client-measured TTFT adds the per-request work
+  (``engine.request_cost``: its prompt's tokenizing time depends on the model's tokenizer).
 """
 
 from __future__ import annotations

@@ -85,6 +85,14 @@ def _fake_planner(**serving):
     return SimpleNamespace(request=request)
 
 
+def _command_planner(request: PlanRequest, expert_dtype: str) -> SimpleNamespace:
+    """What the pools' launch commands ask of a planner, for ``request`` on 8-GPU H100 nodes."""
+    return SimpleNamespace(request=request, device=SimpleNamespace(devices_per_node=8, cuda_arch=90),
+                           spec_requests={}, expert_dtype=lambda quantization: expert_dtype,
+                           launch_fraction=lambda *pool, **options: None,
+                           scattered_input=lambda *pool, **options: (False, None))
+
+
 def _prefill(rate, devices):
     cost = (lambda b, c: 0.001 + c * 1e-5)
     queue = (cost, EnginePolicy(8192, 10**9, "separate"), LengthDist.fixed(1000, 1), 0.0, 1)
@@ -180,9 +188,7 @@ def test_disaggregated_expert_parallel_pools_name_their_deepep_mode_once() -> No
     """Prefill runs DeepEP's normal kernels, decode the low-latency ones (sglang --deepep-mode;
     vLLM --all2all-backend across its data-parallel ranks), each flag once."""
     request = PlanRequest(model="deepseek-ai/DeepSeek-V3", device="H100")
-    planner = SimpleNamespace(request=request, device=SimpleNamespace(devices_per_node=8, cuda_arch=90),
-                              spec_requests={}, expert_dtype=lambda quantization: "fp8_block",  # DeepSeek-V3's
-                              launch_fraction=lambda *pool, **options: None)
+    planner = _command_planner(request, "fp8_block")  # DeepSeek-V3's experts
     ep16 = Layout(16, 1, 16, 16)
     config = SimpleNamespace(
         prefill=SimpleNamespace(layout=ep16, quantization=None, chunk=16384),
@@ -215,9 +221,7 @@ def test_two_batch_overlap_is_offered_and_launched_only_where_the_engine_has_an_
         choices = decode_choices(planner, StepPricer(planner), ep, None, 64, None, lengths)
         assert [c.two_batch_overlap for c in choices] == offered
     request = PlanRequest(model="Qwen/Qwen3-235B-A22B", device="H100", engine="vllm")
-    planner = SimpleNamespace(request=request, device=SimpleNamespace(devices_per_node=8, cuda_arch=90),
-                              spec_requests={}, expert_dtype=lambda quantization: "bf16",
-                              launch_fraction=lambda *pool, **options: None)
+    planner = _command_planner(request, "bf16")
     config = SimpleNamespace(
         prefill=SimpleNamespace(layout=ep, quantization=None, chunk=16384),
         decode=SimpleNamespace(layout=ep, quantization=None, batch=1024, spec=None, two_batch_overlap=True),

@@ -120,3 +120,47 @@ def test_a_multimodal_wrapper_keeps_the_embeddings_all_reduce() -> None:
                                 query_length=256, prefill_cuda_graph="off", enable_attn_tp_input_scattered=True))
     reduced = calls(result, "all_reduce")
     assert reduced["embed_tokens"] == 1 and sum(calls(result, "reduce_scatter").values()) == 61
+
+
+def planner_for(config_path: str, **fields):
+    from infercast.plan import Planner, PlanRequest
+
+    return Planner(PlanRequest(model=config_path, device="H100", num_devices=(TP,), input_length=TOKENS,
+                               output_length=8, batches=(1,), speculative=(), **fields))
+
+
+def test_the_planner_prices_and_launches_it_as_simulate_does(config_path: str) -> None:
+    from infercast.plan import Layout
+
+    layout = Layout(TP, TP, 1, 1)
+    on = planner_for(config_path, enable_attn_tp_input_scattered=True, prefill_cuda_graph="off")
+    off = planner_for(config_path, prefill_cuda_graph="off")
+    assert on.scattered_input(layout, None) == (True, None)
+    assert off.scattered_input(layout, None) == (False, None)
+    # one prompt's TTFT moves by what simulate's prefill step moves with the flag
+    planned = on.evaluate(layout, None, 1, None).ttft_ms - off.evaluate(layout, None, 1, None).ttft_ms
+    simulated = (run(config_path, enable_attn_tp_input_scattered=True, trace_every_layer=False).step_latency_ms
+                 - run(config_path, trace_every_layer=False).step_latency_ms)
+    assert planned == pytest.approx(simulated) and planned != 0
+    config = on.evaluate(layout, None, 1, None)
+    assert "--enable-attn-tp-input-scattered" in on.commands_for(config)["sglang"]
+    assert "--enable-attn-tp-input-scattered" not in off.commands_for(config)["sglang"]
+    assert not any("scattered" in note for note in on.notes_for(config))
+
+
+def test_a_prefill_pool_scatters_where_the_aggregated_server_cannot(config_path: str) -> None:
+    """sglang 0.5.14 captures prefill in piecewise CUDA graphs, which keep the scattered input
+    off; a disaggregated prefill pool captures none, so there it is on."""
+    from infercast.plan import Layout
+
+    layout = Layout(TP, TP, 1, 1)
+    planner = planner_for(config_path, enable_attn_tp_input_scattered=True, engine_version="0.5.14")
+    on, why = planner.scattered_input(layout, None)
+    assert not on and "piecewise CUDA graphs in prefill" in why
+    assert planner.scattered_input(layout, None, disaggregated=True) == (True, None)
+    config = planner.evaluate(layout, None, 1, None)
+    assert "--enable-attn-tp-input-scattered" not in planner.commands_for(config)["sglang"]
+    (note,) = [n for n in planner.notes_for(config) if "scattered" in n]
+    assert "has no effect on TP2 DP1 EP1" in note and "piecewise CUDA graphs in prefill" in note
+    # DP attention keeps it off in a prefill pool too
+    assert planner.scattered_input(Layout(TP, 1, TP, 1), None, disaggregated=True)[1].endswith("DP attention")

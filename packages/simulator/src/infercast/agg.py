@@ -101,12 +101,14 @@ class StepPricer:
         return replace(self._static[key])
 
     def step(self, layout: Layout, quant: str | None, workload: Workload | MixedWorkload, tbo: bool = False,
-             speculative: bool = False, disaggregated: bool = False) -> float:
+             speculative: bool = False, disaggregated: bool = False, scattered: bool = False) -> float:
+        """One serving step's time (``scattered``: the server scatters the attention input,
+        :meth:`Planner.scattered_input`)."""
         from infercast.pricing import phase_of
         from infercast.step import price_records, step_time
         from infercast.trace import trace
 
-        key = (layout, quant, workload, tbo, speculative, disaggregated)
+        key = (layout, quant, workload, tbo, speculative, disaggregated, scattered)
         if key not in self._steps:
             planner = self.planner
             built, ctx = planner._model(layout, quant)
@@ -115,10 +117,10 @@ class StepPricer:
                                  disaggregated=disaggregated)
                 # a prefill is traced once, or once for each of with and without graphs where the
                 # engine's MLA form follows them
-                traced = (layout, quant, workload, phase.piecewise and ctx.absorbed_in_graphs)
+                traced = (layout, quant, workload, scattered, phase.piecewise and ctx.absorbed_in_graphs)
                 records = self._records.get(traced)
                 if records is None:
-                    with ctx.replaying_graphs(phase.piecewise):
+                    with ctx.replaying_graphs(phase.piecewise), ctx.scattering(scattered):
                         records = trace(built.sim, ctx.tokens)
                     planner.traces += 1
                     if not workload.decode:
@@ -128,7 +130,7 @@ class StepPricer:
             if tbo:
                 half = Workload(max(1, -(-workload.num_queries // 2)), workload.query_length,
                                 workload.context_length, workload.decode)
-                with ctx.using(half), ctx.replaying_graphs(phase.piecewise):
+                with ctx.using(half), ctx.replaying_graphs(phase.piecewise), ctx.scattering(scattered):
                     micro = price_records(trace(built.sim, ctx.tokens), planner.costs, phase)
                 planner.traces += 1
             priced = price_records(records, planner.costs, phase)
@@ -151,15 +153,18 @@ class StepPricer:
         context = planner.request.input_length + planner.request.output_length // 2
 
         dp = layout.dp
+        scattered = planner.scattered_input(layout, quant, planner.algorithm(spec))[0]
 
         def price(decoding: int, tokens: int) -> float:
             if tokens == 0:
                 c = self.static(layout, quant, decoding, spec)
                 return c.tpot_ms * c.accept_length / 1e3
             if decoding == 0:
-                return self.step(layout, quant, self.chunk(tokens, shape, dp), speculative=spec is not None)
+                return self.step(layout, quant, self.chunk(tokens, shape, dp), speculative=spec is not None,
+                                 scattered=scattered)
             return self.step(layout, quant, MixedWorkload(Workload(decoding, 1, context, True),
-                                                          self.chunk(tokens, shape, dp)), speculative=spec is not None)
+                                                          self.chunk(tokens, shape, dp)), speculative=spec is not None,
+                             scattered=scattered)
 
         return GridCost(doublings(dp, batch), doublings(dp * shape.piece, chunk, dp, chunk // 4, chunk // 2), price)
 

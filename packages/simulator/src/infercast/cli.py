@@ -182,7 +182,7 @@ SPEC_FIELDS = ("speculative_algorithm", "speculative_draft_model", "speculative_
                "speculative_num_draft_tokens", "accept_length", "acceptance_rates", "acceptance_matrix",
                "acceptance_preset", "accept_length_from")
 COST_FIELDS = ("engine", "engine_version", "calibration", "cost_model", "expert_imbalance", "prefill_cuda_graph",
-               "all_reduce_fusion", "overlap_scheduling")
+               "all_reduce_fusion", "overlap_scheduling", "enable_attn_tp_input_scattered")
 MEMORY_FIELDS = ("mem_fraction_static", "max_total_tokens")
 
 
@@ -290,14 +290,7 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
                                  "prefill and decode pools are priced in this process): drop it, or use --mode both")
     executor = executor_from_flags(args.executor, args.workers, args.ray_address)
     check(UserInput(**request_fields(args, COST_FIELDS + MEMORY_FIELDS)))
-    from infercast.plan import (
-        Planner,
-        PlanRequest,
-        SpecChoice,
-        launch_commands,
-        launch_notes,
-        plot,
-    )
+    from infercast.plan import Planner, PlanRequest, SpecChoice, plot
 
     grid = parse_spec_grid(args.speculative_grid) if args.speculative_grid is not None else None
     spec_flags = {f: getattr(args, f, None) for f in SPEC_FIELDS}
@@ -347,12 +340,7 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
         result = planner.run(progress, executor=executor)
     launch, notes = {}, []
     if result.best is not None:
-        best = result.best
-        experts = {"expert_dtype": planner.expert_dtype(best.quantization), "cuda_arch": planner.device.cuda_arch}
-        launch = launch_commands(request, best, planner.device.devices_per_node, planner.spec_for(best), **experts,
-                                 mem_fraction=planner.launch_fraction(best.layout, best.quantization,
-                                                                      best.spec is not None))
-        notes = launch_notes(request, best, planner.spec_for(best), **experts)
+        launch, notes = planner.commands_for(result.best), planner.notes_for(result.best)
     disagg_launch, disagg_notes = {}, []
     if result.disagg is not None and result.disagg.best is not None:
         from infercast.disagg import launch_commands as disagg_commands

@@ -198,11 +198,12 @@ def prefill_choice(planner: Planner, pricer: StepPricer, layout: Layout, quant: 
     device = planner.device
     network = layout.num_devices * device.scale_out_bandwidth_bytes_per_s * device.efficiency.scale_out / size
     best = None
+    scattered = planner.scattered_input(layout, quant, disaggregated=True)[0]
     for chunk in prefill_chunks(planner, layout):
         shape = chunk_shape(lengths, max(1, chunk // dp))
         grid = GridCost([], doublings(dp * shape.piece, chunk, dp, chunk // 8, chunk // 4, chunk // 2),
                         lambda b, c, shape=shape: pricer.step(layout, quant, pricer.chunk(c, shape, dp),
-                                                              disaggregated=True))
+                                                              disaggregated=True, scattered=scattered))
         cost, engine = RankView(grid, dp), rank_policy(chunk, 10**9, dp, "separate")
         point = max_rate(cost, engine, prompts, ttft_slo_s=r.ttft_slo_ms / 1e3 if r.ttft_slo_ms else None,
                          tpot_slo_s=None, percentile=pct, ttft_offset_s=host)
@@ -339,18 +340,22 @@ def sglang_overlaps(planner: Planner, decode: DecodeChoice) -> bool:
 
 def launch_notes(planner: Planner, config: DisaggConfig) -> list[str]:
     """What the pools' launch commands cannot say: an engine that moves the experts' tokens
-    otherwise than the plan priced, and a two-batch overlap sglang cannot run."""
-    from infercast.plan import dispatch_notes
+    otherwise than the plan priced, a two-batch overlap sglang cannot run, and an asked-for
+    scattered attention input the prefill pool's layout runs without."""
+    from infercast.plan import dispatch_notes, scatter_note
 
     r, arch = planner.request, planner.device.cuda_arch
     notes = []
     for pool, choice in (("prefill", config.prefill), ("decode", config.decode)):
         notes += [f"{pool} pool, {note}" for note in dispatch_notes(
             r, choice.layout, planner.expert_dtype(choice.quantization), arch, ("sglang", "vllm"), one_mode=False)]
+    p = config.prefill
+    notes.append(scatter_note(planner.scattered_input(p.layout, p.quantization, disaggregated=True)[1], p.layout,
+                              "prefill pool, "))
     if config.decode.two_batch_overlap and not sglang_overlaps(planner, config.decode):
         notes.append("decode pool, sglang: two-batch overlap needs an MoE all-to-all, which sglang does not run for "
                      "these experts: its command runs without it, where the plan priced the overlap")
-    return notes
+    return [note for note in notes if note]
 
 
 def launch_commands(planner: Planner, config: DisaggConfig) -> dict[str, list[list[str]]]:
@@ -372,7 +377,8 @@ def launch_commands(planner: Planner, config: DisaggConfig) -> dict[str, list[li
     sg_prefill = sglang_command(r, prefill, per_node, spec, deepep_mode="normal",
                                 expert_dtype=planner.expert_dtype(p.quantization), cuda_arch=arch,
                                 mem_fraction=planner.launch_fraction(p.layout, p.quantization, False, chunk,
-                                                                     disaggregated=True))[:-1] + [
+                                                                     disaggregated=True),
+                                scattered=planner.scattered_input(p.layout, p.quantization, disaggregated=True)[0])[:-1] + [
         "--disaggregation-mode", "prefill", "--disaggregation-transfer-backend", backend,
         "--chunked-prefill-size", str(chunk), "--port", "30000", "--trust-remote-code"]
     sg_prefill = [a for i, a in enumerate(sg_prefill) if not (a == "--max-running-requests"

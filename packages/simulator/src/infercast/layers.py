@@ -117,6 +117,10 @@ class SimContext:
         """Trace a forward the engine never scatters (a draft's extend) inside the block."""
         return self._swapped("attn_input_scattered", False)
 
+    def scattering(self, on: bool) -> contextlib.AbstractContextManager[None]:
+        """Trace for a server that has the scattered attention input ``on`` (or off) inside the block."""
+        return self._swapped("attn_input_scattered", on)
+
     def replaying_graphs(self, on: bool) -> contextlib.AbstractContextManager[None]:
         """Trace a forward that does (``on``) or does not replay piecewise CUDA graphs."""
         return self._swapped("in_prefill_graphs", on)

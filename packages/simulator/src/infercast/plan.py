@@ -139,6 +139,9 @@ class PlanRequest:
     """Each layer's all-reduce and the norm after it as one kernel: ``auto``, ``on`` or ``off``."""
     overlap_scheduling: str = "auto"
     """The scheduler one step ahead of the GPU: ``auto``, ``on`` or ``off`` (as ``UserInput``)."""
+    enable_attn_tp_input_scattered: bool = False
+    """sglang's ``--enable-attn-tp-input-scattered`` for every server, priced in prefill where
+    sglang's checks pass for the layout (:meth:`Planner.scattered_input`)."""
     mode: str = "agg"
     """``agg`` (continuous batching with chunked prefill), ``disagg`` (prefill and decode pools)
     or ``both``; ``static``: one request's prefill alone and the decode step at each batch."""
@@ -254,6 +257,7 @@ class Planner:
         self._drafts: dict[tuple, Any] = {}
         self._seconds: dict[tuple, float] = {}
         self._prefill_records: dict[tuple, list] = {}
+        self._scattered: dict[tuple, tuple[bool, str | None]] = {}
         self.traces = 0
         self.acceptance: dict[SpecChoice, tuple[float, str]] = {}
         self.spec_requests: dict[str, Any] = {}
@@ -351,6 +355,44 @@ class Planner:
                                      prefill_graphs=False if disaggregated else None)[0]
         return self.memory.fraction if share < self.memory.fraction else None
 
+    def scattered_input(self, layout: Layout, quant: str | None, algorithm: str | None = None, *,
+                        disaggregated: bool = False) -> tuple[bool, str | None]:
+        """Whether ``layout``'s prefill runs with the attention input scattered: the request
+        asks for it and sglang's checks pass (``algorithm``: the speculative one the server runs;
+        ``disaggregated``: a prefill pool, which captures no prefill graphs); with why it stays
+        off where asked (None: not asked, or on)."""
+        if not self.request.enable_attn_tp_input_scattered:
+            return False, None
+        key = (layout, quant, algorithm, disaggregated)
+        if key not in self._scattered:
+            from infercast.pricing import scattered_attention_input
+
+            built, ctx = self._model(layout, quant)
+            why = scattered_attention_input(self.costs, built, ctx, speculative=algorithm,
+                                            prefill_graphs=False if disaggregated else None)
+            self._scattered[key] = (why is None, why)
+        return self._scattered[key]
+
+    def commands_for(self, config: Config) -> dict[str, list[str]]:
+        """The launch commands of an aggregated ``config`` (:func:`launch_commands`)."""
+        return launch_commands(self.request, config, self.device.devices_per_node, self.spec_for(config),
+                               expert_dtype=self.expert_dtype(config.quantization), cuda_arch=self.device.cuda_arch,
+                               mem_fraction=self.launch_fraction(config.layout, config.quantization,
+                                                                 config.spec is not None),
+                               scattered=self.scattered_input(config.layout, config.quantization,
+                                                              self.algorithm(config.spec))[0])
+
+    def notes_for(self, config: Config) -> list[str]:
+        """What an aggregated ``config``'s launch commands cannot say (:func:`launch_notes`)."""
+        return launch_notes(self.request, config, self.spec_for(config),
+                            expert_dtype=self.expert_dtype(config.quantization), cuda_arch=self.device.cuda_arch,
+                            scatter_off=self.scattered_input(config.layout, config.quantization,
+                                                             self.algorithm(config.spec))[1])
+
+    def algorithm(self, spec: SpecChoice | None) -> str | None:
+        """The speculative algorithm a configuration with ``spec`` runs (None: none)."""
+        return self.spec_requests[spec.option].algorithm if spec is not None else None
+
     def expert_dtype(self, quant: str | None) -> str:
         """The routed experts' kernel dtype under quantization ``quant`` (None: the checkpoint's)."""
         return _resolve_quant(self.config, self.text, quant, self.profile).routed_experts.kernel_dtype
@@ -365,12 +407,13 @@ class Planner:
         return self._drafts[key]
 
     def seconds(self, layout: Layout, quant: str | None, model: str, batch: int, tokens: int, logits: int,
-                decode: bool = True, context: int = 0, speculative: bool = False) -> float:
+                decode: bool = True, context: int = 0, speculative: bool = False, scattered: bool = False) -> float:
         """One forward's kernel time, priced once per distinct shape (host time apart);
-        ``model`` is ``target`` or ``draft:<option>``."""
+        ``model`` is ``target`` or ``draft:<option>``; ``scattered``: the server scatters the
+        attention input (:meth:`scattered_input`)."""
         from infercast.speculative import trace_draft
 
-        shape = (layout, quant, model, batch, tokens, logits, decode, context)
+        shape = (layout, quant, model, batch, tokens, logits, decode, context, scattered)
         key = (*shape, speculative)
         if key not in self._seconds:
             workload = Workload(num_queries=batch, query_length=tokens, context_length=context, decode=decode)
@@ -385,7 +428,7 @@ class Planner:
             traced = (shape, phase.piecewise and ctx.absorbed_in_graphs)
             records = self._prefill_records.get(traced)
             if records is None:
-                with ctx.using(workload), ctx.replaying_graphs(phase.piecewise):
+                with ctx.using(workload), ctx.replaying_graphs(phase.piecewise), ctx.scattering(scattered):
                     records = (trace(built.sim, ctx.tokens) if model == "target"
                                else trace_draft(built, ctx.tokens, logits))
                 self.traces += 1
@@ -449,7 +492,8 @@ class Planner:
         config.tokens_per_s_per_user = 1e3 / config.tpot_ms
         config.tokens_per_s_per_device = batch * tau / cycle / layout.num_devices
         config.ttft_ms = (self.seconds(layout, quant, "target", 1, r.input_length, 1, decode=False,
-                                       speculative=spec is not None)
+                                       speculative=spec is not None,
+                                       scattered=self.scattered_input(layout, quant, self.algorithm(spec))[0])
                           + costs.host_step().at(1) + costs.request_cost(self.profile.tokenizer).at(r.input_length)) * 1e3
         ratios = [v / slo for v, slo in ((config.ttft_ms, r.ttft_slo_ms), (config.tpot_ms, r.tpot_slo_ms)) if slo]
         config.violation = max([0.0] + [x - 1 for x in ratios])
@@ -606,13 +650,14 @@ def overlap_flags(engine: str, request: PlanRequest) -> list[str]:
 
 def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, spec: Any = None,
                    deepep_mode: str = "auto", *, expert_dtype: str, cuda_arch: int | None,
-                   mem_fraction: float | None = None) -> list[str]:
+                   mem_fraction: float | None = None, scattered: bool = False) -> list[str]:
     """``python -m sglang.launch_server ...`` for ``config`` (first node's command when multi-node).
     Expert parallelism runs through DeepEP where sglang runs ``expert_dtype`` experts behind it
     on these devices (``cuda_arch``: their compute capability, None for another vendor's), ``auto`` taking the normal kernels for prompt
     steps and the low-latency ones for decode (a disaggregated pool names one); elsewhere
     through the standard dispatcher (no a2a backend). ``mem_fraction``: the
-    ``--mem-fraction-static`` to pass where the request gives none (:meth:`Planner.launch_fraction`)."""
+    ``--mem-fraction-static`` to pass where the request gives none (:meth:`Planner.launch_fraction`);
+    ``scattered``: the plan priced the scattered attention input (:meth:`Planner.scattered_input`)."""
     layout = config.layout
     cmd = ["python", "-m", "sglang.launch_server", "--model-path", request.model, "--tp-size", str(layout.num_devices)]
     if layout.dp > 1:
@@ -639,6 +684,8 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
                                       request.engine_version if request.engine == "sglang" else None)
     cmd += sglang_fusion_flags(request.all_reduce_fusion, request.engine_version if request.engine == "sglang" else None)
     cmd += overlap_flags("sglang", request)
+    if scattered:
+        cmd += [engine_named("sglang").scattered_attention_input.flag]
     if config.serving:  # continuous batching as planned: the chunk budget, decodes mixed into prompt steps
         cmd += ["--chunked-prefill-size", str(config.serving["chunked_prefill_size"])]
         cmd += [engine_named("sglang").mixed_chunk_flag] if config.serving["policy"] == "mixed" else []
@@ -694,22 +741,25 @@ def trtllm_command(request: PlanRequest, config: Config, spec: Any = None) -> li
 
 
 def launch_commands(request: PlanRequest, config: Config, devices_per_node: int, spec: Any = None, *,
-                    expert_dtype: str, cuda_arch: int | None, mem_fraction: float | None = None) -> dict[str, list[str]]:
+                    expert_dtype: str, cuda_arch: int | None, mem_fraction: float | None = None,
+                    scattered: bool = False) -> dict[str, list[str]]:
     """The chosen engine's launch command first, then the other engines' equivalents
     (``expert_dtype``: the routed experts' kernel dtype, :meth:`Planner.expert_dtype`;
-    ``mem_fraction``: sglang's, :meth:`Planner.launch_fraction`)."""
+    ``mem_fraction``: sglang's, :meth:`Planner.launch_fraction`; ``scattered``: sglang's
+    scattered attention input, :meth:`Planner.scattered_input`)."""
     commands = {"sglang": sglang_command(request, config, devices_per_node, spec, expert_dtype=expert_dtype,
-                                         cuda_arch=cuda_arch, mem_fraction=mem_fraction),
+                                         cuda_arch=cuda_arch, mem_fraction=mem_fraction, scattered=scattered),
                 "vllm": vllm_command(request, config, spec), "trtllm": trtllm_command(request, config, spec)}
     first = request.engine if request.engine in commands else "sglang"
     return {first: commands[first], **{k: v for k, v in commands.items() if k != first}}
 
 
 def launch_notes(request: PlanRequest, config: Config, spec: Any = None, *, expert_dtype: str,
-                 cuda_arch: int | None) -> list[str]:
+                 cuda_arch: int | None, scatter_off: str | None = None) -> list[str]:
     """What the launch commands cannot say with a flag (a checkpoint to serve instead, a
     DeepEP mode the engine cannot switch per step, an engine that moves the experts' tokens
-    otherwise than the plan priced, TensorRT-LLM's options file)."""
+    otherwise than the plan priced, TensorRT-LLM's options file, why sglang keeps an asked-for
+    scattered attention input off: ``scatter_off``, :meth:`Planner.scattered_input`)."""
     import json
 
     notes = [quantization_flags(engine, config.quantization)[1] for engine in ("sglang", "vllm", "trtllm")]
@@ -745,7 +795,18 @@ def launch_notes(request: PlanRequest, config: Config, spec: Any = None, *, expe
                      f"{SGLANG_FUSION_OFF_SINCE}: --enforce-disable-flashinfer-allreduce-fusion)")
     notes += dispatch_notes(request, config.layout, expert_dtype, cuda_arch, ("sglang", "vllm", "trtllm"),
                             one_mode=True)
+    notes += [scatter_note(scatter_off, config.layout)]
     return [note for note in notes if note]
+
+
+def scatter_note(why: str | None, layout: Layout, pool: str = "") -> str:
+    """The note for an asked-for scattered attention input that ``layout`` runs without (``why``:
+    :meth:`Planner.scattered_input`'s reason; None: no note)."""
+    if why is None:
+        return ""
+    flag = engine_named("sglang").scattered_attention_input.flag
+    return (f"{pool}sglang: {flag} has no effect on {layout.describe()} ({why}); the command leaves it out and the "
+            "plan prices prefill without it")
 
 
 def dispatch_notes(request: PlanRequest, layout: Layout, expert_dtype: str, cuda_arch: int | None,

@@ -108,10 +108,12 @@ def absorbed_in_graphs(model: CostModel, built: BuiltModel) -> bool:
 
 
 def scattered_attention_input(model: CostModel, built: BuiltModel, ctx: SimContext, *,
-                              speculative: str | None = None) -> str | None:
+                              speculative: str | None = None, prefill_graphs: bool | None = None) -> str | None:
     """Why the engine's scattered attention input (its opt-in flag) stays off for this
     deployment, as the engine's own checks decide; None: it is on. Call after
-    ``ctx.prefill_graph_tokens`` is set; ``speculative``: the request's algorithm."""
+    ``ctx.prefill_graph_tokens`` is set; ``speculative``: the request's algorithm;
+    ``prefill_graphs``: whether the server captures prefill graphs, where not as ``ctx`` says (a
+    disaggregated prefill pool captures none)."""
     rule, p = model.engine.scattered_attention_input, ctx.parallel
     if rule is None:
         return f"{model.engine.name} has no such layout"
@@ -123,7 +125,8 @@ def scattered_attention_input(model: CostModel, built: BuiltModel, ctx: SimConte
                 ("DP attention", p.dp > 1), ("no tensor parallelism", p.tp <= 1),
                 ("an MoE all-to-all backend (DeepEP)", ctx.moe_dispatch == "all_to_all"),
                 ("two-batch overlap", p.two_batch_overlap),
-                ("piecewise CUDA graphs in prefill", ctx.prefill_graph_tokens > 0),
+                ("piecewise CUDA graphs in prefill",
+                 ctx.prefill_graph_tokens > 0 if prefill_graphs is None else prefill_graphs),
                 ("EAGLE3", speculative == "EAGLE3"))
     hit = [why for why, blocked in blockers if blocked]
     return f"{model.engine.name} keeps it off with {hit[0]}" if hit else None

@@ -192,14 +192,7 @@ def launch_of(planner: Any, config: Any) -> dict[str, list[list[str]]]:
         from infercast.disagg import launch_commands as disagg_commands
 
         return disagg_commands(planner, config)
-    from infercast.plan import launch_commands
-
-    commands = launch_commands(planner.request, config, planner.device.devices_per_node, spec_of(planner, config),
-                               expert_dtype=planner.expert_dtype(config.quantization),
-                               cuda_arch=planner.device.cuda_arch,
-                               mem_fraction=planner.launch_fraction(config.layout, config.quantization,
-                                                                    config.spec is not None))
-    return {engine: [cmd] for engine, cmd in commands.items()}
+    return {engine: [cmd] for engine, cmd in planner.commands_for(config).items()}
 
 
 def _hover(config: Any, request: Any, planner: Any) -> str:
@@ -387,10 +380,7 @@ def launch_notes_of(planner: Any, config: Any) -> list[str]:
         from infercast.disagg import launch_notes as disagg_notes
 
         return disagg_notes(planner, config)
-    from infercast.plan import launch_notes
-
-    return launch_notes(planner.request, config, spec_of(planner, config),
-                        expert_dtype=planner.expert_dtype(config.quantization), cuda_arch=planner.device.cuda_arch)
+    return planner.notes_for(config)
 
 
 def _launch_block(planner: Any, config: Any) -> str:

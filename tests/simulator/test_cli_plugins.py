@@ -50,6 +50,8 @@ def test_models_lists_builtin_families_with_their_plugin(capsys) -> None:
         assert rows[model_type]["plugin"] == PLUGIN_NAME
     assert rows["deepseek_v3"]["attention"] == "mla" and rows["deepseek_v3"]["moe"]
     assert not rows["llama"]["moe"]
+    assert rows["llama"]["tokenizer"] == "fast"
+    assert rows["kimi_k25"]["tokenizer"] == "tiktoken"
 
 
 def test_plain_table_output(capsys) -> None:

@@ -69,7 +69,7 @@ def _cmd_models(args: argparse.Namespace, console: Console) -> int:
     profiles = manager.profiles()
     rows = [
         {"model_type": t, "plugin": e.plugin, "attention": e.profile.attention_kind, "moe": e.profile.is_moe,
-         "vision": e.profile.has_vision}
+         "vision": e.profile.has_vision, "tokenizer": e.profile.tokenizer}
         for t, e in sorted(profiles.items())
     ]
     default = manager.default_model()
@@ -83,11 +83,11 @@ def _cmd_models(args: argparse.Namespace, console: Console) -> int:
         print(json.dumps({"model_types": rows, "models": refs, "speculative": options}, indent=2))
         return 0
     table = Table(title="model types with a profile")
-    for column in ("model_type", "plugin", "attention", "moe", "vision"):
+    for column in ("model_type", "plugin", "attention", "moe", "vision", "tokenizer"):
         table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(row["model_type"], row["plugin"], row["attention"], "yes" if row["moe"] else "no",
-                      "yes" if row["vision"] else "no")
+                      "yes" if row["vision"] else "no", row["tokenizer"])
     console.print(table)
     table = Table(title="models available offline")
     for column in ("reference", "model_type", "aliases", "note"):

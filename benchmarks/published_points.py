@@ -202,9 +202,9 @@ def mean_ttft(user: UserInput, prompts: Sequence[int], *, warm_first: bool,
         from infercast.engines import engine_named
 
         priced = result.cost_model
-        engine = engine_named(priced["engine"])
-        as_ran = engine.request_cost(priced["tokenizer"], ran).at(tokens)
-        return result.ttft_ms + (as_ran - engine.request_cost(priced["tokenizer"], priced["engine_version"]).at(tokens)) * 1e3
+        engine, tokenizer = engine_named(priced["engine"]), priced["tokenizer"]
+        as_ran = engine.request_cost(tokenizer, ran).at(tokens)
+        return result.ttft_ms + (as_ran - engine.request_cost(tokenizer, priced["engine_version"]).at(tokens)) * 1e3
 
     results = [prefill(1, n - 1) if i == 0 and warm_first else prefill(n, 0) for i, n in enumerate(prompts)]
     return statistics.fmean(ttft(r, n) for r, n in zip(results, prompts)), results

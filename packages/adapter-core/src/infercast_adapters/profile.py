@@ -127,7 +127,8 @@ class ModelProfile:
         if not isinstance(self.attention_qk_norm, bool):
             raise ProfileError("attention_qk_norm", f"{self.attention_qk_norm!r} is not a bool")
         if self.tokenizer not in TOKENIZER_KINDS:
-            raise ProfileError("tokenizer", f"{self.tokenizer!r} is not a tokenizer kind; known: {', '.join(TOKENIZER_KINDS)}")
+            raise ProfileError("tokenizer",
+                               f"{self.tokenizer!r} is not a tokenizer kind; known: {', '.join(TOKENIZER_KINDS)}")
 
     def field_name(self, canonical: str) -> str:
         """The attribute name this family uses for a canonical (transformers-native) name."""

@@ -374,11 +374,12 @@ def launch_commands(planner: Planner, config: DisaggConfig) -> dict[str, list[li
     prefill = Config(p.layout, p.quantization, max(p.layout.dp, 1), None)
     decode = Config(d.layout, d.quantization, d.batch, d.spec)
     backend = r.serving.transfer_backend
+    scattered = planner.scattered_input(p.layout, p.quantization, disaggregated=True)[0]
     sg_prefill = sglang_command(r, prefill, per_node, spec, deepep_mode="normal",
                                 expert_dtype=planner.expert_dtype(p.quantization), cuda_arch=arch,
                                 mem_fraction=planner.launch_fraction(p.layout, p.quantization, False, chunk,
                                                                      disaggregated=True),
-                                scattered=planner.scattered_input(p.layout, p.quantization, disaggregated=True)[0])[:-1] + [
+                                scattered=scattered)[:-1] + [
         "--disaggregation-mode", "prefill", "--disaggregation-transfer-backend", backend,
         "--chunked-prefill-size", str(chunk), "--port", "30000", "--trust-remote-code"]
     sg_prefill = [a for i, a in enumerate(sg_prefill) if not (a == "--max-running-requests"

@@ -486,7 +486,9 @@ class Engine:
         if tokenizer == "fast":
             return self.request
         if tokenizer != "tiktoken":
-            raise InfercastError(f"unknown tokenizer kind {tokenizer!r}; known: fast, tiktoken")
+            from infercast_adapters.profile import TOKENIZER_KINDS
+
+            raise InfercastError(f"unknown tokenizer kind {tokenizer!r}; known: {', '.join(TOKENIZER_KINDS)}")
         call = self.slow_tokenizer
         if call is not None and call.encodes(version):
             rate, how = TIKTOKEN_ENCODE_PER_TOKEN_S, "tokenizer.encode(text), tiktoken's own path"

@@ -491,10 +491,11 @@ class Planner:
         config.tpot_ms = cycle / tau * 1e3
         config.tokens_per_s_per_user = 1e3 / config.tpot_ms
         config.tokens_per_s_per_device = batch * tau / cycle / layout.num_devices
-        config.ttft_ms = (self.seconds(layout, quant, "target", 1, r.input_length, 1, decode=False,
-                                       speculative=spec is not None,
-                                       scattered=self.scattered_input(layout, quant, self.algorithm(spec))[0])
-                          + costs.host_step().at(1) + costs.request_cost(self.profile.tokenizer).at(r.input_length)) * 1e3
+        prefill = self.seconds(layout, quant, "target", 1, r.input_length, 1, decode=False,
+                               speculative=spec is not None,
+                               scattered=self.scattered_input(layout, quant, self.algorithm(spec))[0])
+        request = costs.request_cost(self.profile.tokenizer).at(r.input_length)
+        config.ttft_ms = (prefill + costs.host_step().at(1) + request) * 1e3
         ratios = [v / slo for v, slo in ((config.ttft_ms, r.ttft_slo_ms), (config.tpot_ms, r.tpot_slo_ms)) if slo]
         config.violation = max([0.0] + [x - 1 for x in ratios])
         config.meets_slo = config.violation == 0.0

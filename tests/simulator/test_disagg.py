@@ -191,7 +191,7 @@ def test_disaggregated_expert_parallel_pools_name_their_deepep_mode_once() -> No
     planner = _command_planner(request, "fp8_block")  # DeepSeek-V3's experts
     ep16 = Layout(16, 1, 16, 16)
     config = SimpleNamespace(
-        prefill=SimpleNamespace(layout=ep16, quantization=None, chunk=16384),
+        prefill=SimpleNamespace(layout=ep16, quantization=None, chunk=16384, scattered=False),
         decode=SimpleNamespace(layout=ep16, quantization=None, batch=4096, spec=None, two_batch_overlap=True),
         prefill_instances=1, decode_instances=1)
     commands = launch_commands(planner, config)
@@ -223,7 +223,7 @@ def test_two_batch_overlap_is_offered_and_launched_only_where_the_engine_has_an_
     request = PlanRequest(model="Qwen/Qwen3-235B-A22B", device="H100", engine="vllm")
     planner = _command_planner(request, "bf16")
     config = SimpleNamespace(
-        prefill=SimpleNamespace(layout=ep, quantization=None, chunk=16384),
+        prefill=SimpleNamespace(layout=ep, quantization=None, chunk=16384, scattered=False),
         decode=SimpleNamespace(layout=ep, quantization=None, batch=1024, spec=None, two_batch_overlap=True),
         prefill_instances=1, decode_instances=1)
     (_, sg_decode, _) = launch_commands(planner, config)["sglang"]

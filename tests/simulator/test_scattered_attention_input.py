@@ -164,3 +164,43 @@ def test_a_prefill_pool_scatters_where_the_aggregated_server_cannot(config_path:
     assert "has no effect on TP2 DP1 EP1" in note and "piecewise CUDA graphs in prefill" in note
     # DP attention keeps it off in a prefill pool too
     assert planner.scattered_input(Layout(TP, 1, TP, 1), None, disaggregated=True)[1].endswith("DP attention")
+
+
+def test_a_prefill_pool_keeps_the_faster_of_with_and_without(config_path: str) -> None:
+    """Unasked, a disaggregated prefill pool where sglang would run the scattered input is priced
+    both ways and keeps the one that serves more requests/s; asked, it runs it; vLLM has none."""
+    from infercast.disagg import prefill_choice, scatter_options
+    from infercast.plan import Layout
+    from infercast.serving import LengthDist
+
+    layout, lengths = Layout(TP, TP, 1, 1), LengthDist.fixed(4096, 1)
+    planner = planner_for(config_path, engine_version="0.5.14")
+    assert scatter_options(planner, layout, None) == [False, True]
+    assert scatter_options(planner, Layout(TP, 1, TP, 1), None) == [False]  # DP attention
+    assert scatter_options(planner_for(config_path, enable_attn_tp_input_scattered=True), layout, None) == [True]
+    assert scatter_options(planner_for(config_path, engine="vllm"), layout, None) == [False]
+    plain, scattered = (prefill_choice(planner, planner.pricer, layout, None, lengths, scatter=(on,))
+                        for on in (False, True))
+    assert plain.rate != scattered.rate and not plain.scattered and scattered.scattered
+    chosen = prefill_choice(planner, planner.pricer, layout, None, lengths)
+    faster = max(plain, scattered, key=lambda c: c.rate)
+    assert (chosen.rate, chosen.scattered, chosen.chunk) == (faster.rate, faster.scattered, faster.chunk)
+    assert chosen.describe().endswith(", scattered") == chosen.scattered
+
+
+def test_a_scattered_prefill_pool_is_launched_with_the_flag(config_path: str) -> None:
+    from types import SimpleNamespace
+
+    from infercast.disagg import launch_commands, launch_notes, prefill_choice
+    from infercast.plan import Layout
+    from infercast.serving import LengthDist
+
+    layout = Layout(TP, TP, 1, 1)
+    planner = planner_for(config_path, engine_version="0.5.14")
+    pool = prefill_choice(planner, planner.pricer, layout, None, LengthDist.fixed(4096, 1), scatter=(True,))
+    decode = SimpleNamespace(layout=layout, quantization=None, batch=8, spec=None, two_batch_overlap=False)
+    config = SimpleNamespace(prefill=pool, decode=decode, prefill_instances=1, decode_instances=1)
+    (sg_prefill, sg_decode, _), (vl_prefill, _, _) = launch_commands(planner, config).values()
+    assert "--enable-attn-tp-input-scattered" in sg_prefill
+    assert "--enable-attn-tp-input-scattered" not in sg_decode + vl_prefill
+    assert any(note.startswith("prefill pool, vllm: no equivalent") for note in launch_notes(planner, config))

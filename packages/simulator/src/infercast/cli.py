@@ -484,7 +484,7 @@ def print_disagg(result: Any, launch: dict, console: Console, launch_notes: Sequ
                                                               "speculative") else "right", no_wrap=True)
     for c in rows:
         mark = "[bold red]best[/bold red]" if c is d.best else (f"[red]+{c.violation:.0%}[/red]" if c.violation else "")
-        table.add_row(c.describe(), f"{c.prefill.layout.num_devices}: {c.prefill.layout.describe()}",
+        table.add_row(c.describe(), f"{c.prefill.layout.num_devices}: {c.prefill.describe()}",
                       f"{c.decode.layout.num_devices}: {c.decode.layout.describe()}", str(c.decode.batch),
                       "yes" if c.decode.two_batch_overlap else "no",
                       c.decode.spec.describe() if c.decode.spec else "off", str(c.num_devices), f"{c.rate:,.2f}",
@@ -506,7 +506,7 @@ def print_disagg(result: Any, launch: dict, console: Console, launch_notes: Sequ
                          f"{a.tokens_per_s_per_user:.1f}", f"{a.tokens_per_s_per_device:,.1f}")
         if d.best is not None:
             b = d.best
-            side.add_row("disaggregated", f"{b.describe()}: P {b.prefill.layout.describe()}, D "
+            side.add_row("disaggregated", f"{b.describe()}: P {b.prefill.describe()}, D "
                          f"{b.decode.layout.describe()} batch {b.decode.batch}", str(b.num_devices), f"{b.rate:,.2f}",
                          f"{b.ttft_ms:.1f}", f"{b.tpot_ms:.2f}", f"{b.tokens_per_s_per_user:.1f}",
                          f"{b.tokens_per_s_per_device:,.1f}")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from infercast_adapters import InfercastError
 
@@ -82,6 +82,11 @@ class PrefillChoice:
     fits: bool
     queue: Any = field(default=None, repr=False, compare=False)
     """(step cost, engine policy, prompt lengths, TTFT offset s): to price other rates."""
+    scattered: bool = False
+    """The instance runs sglang's scattered attention input (``--enable-attn-tp-input-scattered``)."""
+
+    def describe(self) -> str:
+        return f"{self.layout.describe()}{', scattered' if self.scattered else ''}"
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: v for k, v in asdict(self).items() if k not in ("queue", "layout")}
@@ -185,10 +190,22 @@ def prefill_chunks(planner: Planner, layout: Layout) -> list[int]:
     return doublings(base, 2 * base * layout.dp)
 
 
+def scatter_options(planner: Planner, layout: Layout, quant: str | None) -> list[bool]:
+    """Whether a prefill instance of ``layout`` runs sglang's scattered attention input: as the
+    request says where it asks for it, else both ways where sglang would run it (an opt-in server
+    flag that pays off at long chunks and costs launches at short ones, so the pool keeps the faster)."""
+    blocked = planner.scatter_blocker(layout, quant, disaggregated=True) is not None
+    if planner.request.enable_attn_tp_input_scattered:
+        return [not blocked]
+    return [False] if blocked else [False, True]
+
+
 def prefill_choice(planner: Planner, pricer: StepPricer, layout: Layout, quant: str | None,
-                   lengths: LengthDist) -> PrefillChoice:
-    """The chunk size that lets one prefill instance take the most requests/s within the TTFT
-    target (its queue per DP rank, :class:`~infercast.agg.RankView`), capped by its NICs."""
+                   lengths: LengthDist, scatter: Sequence[bool] | None = None) -> PrefillChoice:
+    """The chunk size (and, where sglang offers it, the scattered attention input: ``scatter``,
+    default :func:`scatter_options`) that lets one prefill instance take the most requests/s
+    within the TTFT target (its queue per DP rank, :class:`~infercast.agg.RankView`), capped by
+    its NICs."""
     r = planner.request
     dp, pct = layout.dp, r.serving.ttft_percentile
     static = pricer.static(layout, quant, dp, None)
@@ -198,29 +215,29 @@ def prefill_choice(planner: Planner, pricer: StepPricer, layout: Layout, quant: 
     device = planner.device
     network = layout.num_devices * device.scale_out_bandwidth_bytes_per_s * device.efficiency.scale_out / size
     best = None
-    scattered = planner.scattered_input(layout, quant, disaggregated=True)[0]
-    for chunk in prefill_chunks(planner, layout):
-        shape = chunk_shape(lengths, max(1, chunk // dp))
-        grid = GridCost([], doublings(dp * shape.piece, chunk, dp, chunk // 8, chunk // 4, chunk // 2),
-                        lambda b, c, shape=shape: pricer.step(layout, quant, pricer.chunk(c, shape, dp),
-                                                              disaggregated=True, scattered=scattered))
-        cost, engine = RankView(grid, dp), rank_policy(chunk, 10**9, dp, "separate")
-        point = max_rate(cost, engine, prompts, ttft_slo_s=r.ttft_slo_ms / 1e3 if r.ttft_slo_ms else None,
-                         tpot_slo_s=None, percentile=pct, ttft_offset_s=host)
-        if point is not None and (best is None or point.rate > best[0].rate):
-            best = (point, chunk, cost, engine)
+    for scattered in scatter_options(planner, layout, quant) if scatter is None else scatter:
+        for chunk in prefill_chunks(planner, layout):
+            shape = chunk_shape(lengths, max(1, chunk // dp))
+            grid = GridCost([], doublings(dp * shape.piece, chunk, dp, chunk // 8, chunk // 4, chunk // 2),
+                            lambda b, c, shape=shape, scattered=scattered: pricer.step(
+                                layout, quant, pricer.chunk(c, shape, dp), disaggregated=True, scattered=scattered))
+            cost, engine = RankView(grid, dp), rank_policy(chunk, 10**9, dp, "separate")
+            point = max_rate(cost, engine, prompts, ttft_slo_s=r.ttft_slo_ms / 1e3 if r.ttft_slo_ms else None,
+                             tpot_slo_s=None, percentile=pct, ttft_offset_s=host)
+            if point is not None and (best is None or point.rate > best[0].rate):
+                best = (point, chunk, cost, engine, scattered)
     if best is None:
         chunk = prefill_chunks(planner, layout)[0]
         return PrefillChoice(layout, quant, chunk, 0.0, math.inf, transfer_s * 1e3, size, streams, False, 0.0,
                              static.memory_gib, static.fits, None)
-    point, chunk, cost, engine = best
+    point, chunk, cost, engine, scattered = best
     limited = network < point.rate * dp
     if limited:
         point = steady_state(cost, engine, prompts, network / dp, pct)
     rate = point.rate * dp
     return PrefillChoice(layout, quant, chunk, rate, (point.ttft_p_s + host) * 1e3, transfer_s * 1e3, size, streams,
                          limited, rate * lengths.mean_input / layout.num_devices, static.memory_gib, static.fits,
-                         (cost, engine, prompts, host, dp))
+                         (cost, engine, prompts, host, dp), scattered)
 
 
 def decode_choices(planner: Planner, pricer: StepPricer, layout: Layout, quant: str | None, batch: int,
@@ -352,6 +369,9 @@ def launch_notes(planner: Planner, config: DisaggConfig) -> list[str]:
     p = config.prefill
     notes.append(scatter_note(planner.scattered_input(p.layout, p.quantization, disaggregated=True)[1], p.layout,
                               "prefill pool, "))
+    if p.scattered:
+        notes.append("prefill pool, vllm: no equivalent of sglang's --enable-attn-tp-input-scattered, which the plan "
+                     "priced the pool with")
     if config.decode.two_batch_overlap and not sglang_overlaps(planner, config.decode):
         notes.append("decode pool, sglang: two-batch overlap needs an MoE all-to-all, which sglang does not run for "
                      "these experts: its command runs without it, where the plan priced the overlap")
@@ -374,12 +394,11 @@ def launch_commands(planner: Planner, config: DisaggConfig) -> dict[str, list[li
     prefill = Config(p.layout, p.quantization, max(p.layout.dp, 1), None)
     decode = Config(d.layout, d.quantization, d.batch, d.spec)
     backend = r.serving.transfer_backend
-    scattered = planner.scattered_input(p.layout, p.quantization, disaggregated=True)[0]
     sg_prefill = sglang_command(r, prefill, per_node, spec, deepep_mode="normal",
                                 expert_dtype=planner.expert_dtype(p.quantization), cuda_arch=arch,
                                 mem_fraction=planner.launch_fraction(p.layout, p.quantization, False, chunk,
                                                                      disaggregated=True),
-                                scattered=scattered)[:-1] + [
+                                scattered=p.scattered)[:-1] + [
         "--disaggregation-mode", "prefill", "--disaggregation-transfer-backend", backend,
         "--chunked-prefill-size", str(chunk), "--port", "30000", "--trust-remote-code"]
     sg_prefill = [a for i, a in enumerate(sg_prefill) if not (a == "--max-running-requests"

@@ -257,7 +257,7 @@ class Planner:
         self._drafts: dict[tuple, Any] = {}
         self._seconds: dict[tuple, float] = {}
         self._prefill_records: dict[tuple, list] = {}
-        self._scattered: dict[tuple, tuple[bool, str | None]] = {}
+        self._scatter_blockers: dict[tuple, str | None] = {}
         self.traces = 0
         self.acceptance: dict[SpecChoice, tuple[float, str]] = {}
         self.spec_requests: dict[str, Any] = {}
@@ -363,15 +363,21 @@ class Planner:
         off where asked (None: not asked, or on)."""
         if not self.request.enable_attn_tp_input_scattered:
             return False, None
+        why = self.scatter_blocker(layout, quant, algorithm, disaggregated=disaggregated)
+        return why is None, why
+
+    def scatter_blocker(self, layout: Layout, quant: str | None, algorithm: str | None = None, *,
+                        disaggregated: bool = False) -> str | None:
+        """Why sglang would keep the scattered attention input off for ``layout``, asked for or
+        not (None: it would run it); arguments as :meth:`scattered_input`."""
         key = (layout, quant, algorithm, disaggregated)
-        if key not in self._scattered:
+        if key not in self._scatter_blockers:
             from infercast.pricing import scattered_attention_input
 
             built, ctx = self._model(layout, quant)
-            why = scattered_attention_input(self.costs, built, ctx, speculative=algorithm,
-                                            prefill_graphs=False if disaggregated else None)
-            self._scattered[key] = (why is None, why)
-        return self._scattered[key]
+            self._scatter_blockers[key] = scattered_attention_input(self.costs, built, ctx, speculative=algorithm,
+                                                                    prefill_graphs=False if disaggregated else None)
+        return self._scatter_blockers[key]
 
     def commands_for(self, config: Config) -> dict[str, list[str]]:
         """The launch commands of an aggregated ``config`` (:func:`launch_commands`)."""

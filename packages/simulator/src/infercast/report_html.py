@@ -40,7 +40,7 @@ def describe(config: Any) -> str:
     disaggregated deployment: xPyD and both instances."""
     if is_disagg(config):
         p, d = config.prefill, config.decode
-        return (f"{config.describe()}: prefill {p.layout.num_devices} x {p.layout.describe()} (chunk {p.chunk}), "
+        return (f"{config.describe()}: prefill {p.layout.num_devices} x {p.describe()} (chunk {p.chunk}), "
                 f"decode {describe(d)}{', TBO' if d.two_batch_overlap else ''}")
     spec = config.spec.describe() if config.spec else "no speculation"
     quant = f", {config.quantization}" if config.quantization else ""

@@ -140,6 +140,30 @@ def test_hub_flow_keeps_a_remote_config_with_no_native_equivalent(monkeypatch: p
     assert config_module.load_hub_config("org/new") is remote
 
 
+def test_hub_flow_takes_the_tokenizer_class_from_the_repository(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """A Kimi-K2 repository's config loads as DeepSeek-V3; its tokenizer_config.json says the
+    checkpoint tokenizes with TikTokenTokenizer, which the config keeps as ``tokenizer_class``."""
+    (tmp_path / "tokenizer_config.json").write_text('{"tokenizer_class": "TikTokenTokenizer"}')
+    asked: list[tuple[str, str]] = []
+
+    def hf_hub_download(repo, filename):
+        asked.append((repo, filename))
+        return str(tmp_path / filename)
+
+    monkeypatch.setattr("transformers.AutoConfig.from_pretrained", lambda ref, **kwargs: DeepseekV3Config())
+    monkeypatch.setattr("huggingface_hub.hf_hub_download", hf_hub_download)
+    monkeypatch.setattr(config_module, "hub_unreachable", lambda: None)
+    config = config_module.load_hub_config("moonshotai/Kimi-K2-Instruct")
+    assert asked == [("moonshotai/Kimi-K2-Instruct", "tokenizer_config.json")]
+    assert config.tokenizer_class == "TikTokenTokenizer"
+
+    def missing(repo, filename):
+        raise OSError("404: no tokenizer_config.json in this repository")
+
+    monkeypatch.setattr("huggingface_hub.hf_hub_download", missing)
+    assert getattr(config_module.load_hub_config("org/plain"), "tokenizer_class", None) is None
+
+
 def test_num_hidden_layers_override_reaches_text_config() -> None:
     from transformers import AutoConfig
 

@@ -129,7 +129,8 @@ def _looks_like_path(model_ref: str) -> bool:
 
 def load_local_config(path: str | Path, aliases: Mapping[str, str] = {}) -> PretrainedConfig:
     """Load a ``config.json`` file, or the one in a model directory (``aliases``: see
-    :func:`config_from_dict`)."""
+    :func:`config_from_dict`), with the tokenizer class its ``tokenizer_config.json`` names
+    (:func:`with_tokenizer_class`)."""
     path = Path(path).expanduser()
     if not path.exists():
         raise ConfigError(f"no such file or directory: {path}")
@@ -147,25 +148,33 @@ def load_local_config(path: str | Path, aliases: Mapping[str, str] = {}) -> Pret
             remote = AutoConfig.from_pretrained(str(path), trust_remote_code=True)
         except Exception as exc:  # the directory's own code: any error it raises
             raise ConfigError(f"{path}: its auto_map code could not load the config ({type(exc).__name__}: {exc})") from exc
-        return _native_reload(remote, aliases) or remote
-    return config_from_dict(values, source=str(file), aliases=aliases)
+        config = _native_reload(remote, aliases) or remote
+    else:
+        config = config_from_dict(values, source=str(file), aliases=aliases)
+    tokenizer = file.parent / "tokenizer_config.json"
+    return with_tokenizer_class(config, _read_json(tokenizer) if tokenizer.is_file() else {})
 
 
-def local_tokenizer_class(model_ref: str) -> str | None:
-    """The ``tokenizer_class`` that a local checkpoint's ``tokenizer_config.json`` (beside its
-    ``config.json``) names; None for a hub id, a reference an adapter resolves, or a checkpoint
-    without one.
+def with_tokenizer_class(config: PretrainedConfig, tokenizer_config: Mapping[str, Any]) -> PretrainedConfig:
+    """``config`` with the checkpoint's tokenizer class as its ``tokenizer_class`` (a config key
+    transformers also reads), taken from the checkpoint's ``tokenizer_config.json`` values where
+    the config names none: Kimi-K2's checkpoints load as DeepSeek-V3 but tokenize with tiktoken."""
+    name = tokenizer_config.get("tokenizer_class")
+    if isinstance(name, str) and not getattr(config, "tokenizer_class", None):
+        config.tokenizer_class = name
+    return config
 
-    :raises ConfigError: the file exists but is not a JSON object.
-    """
-    if not isinstance(model_ref, str) or not _looks_like_path(model_ref):
-        return None
-    path = Path(model_ref).expanduser()
-    file = (path if path.is_dir() else path.parent) / "tokenizer_config.json"
-    if not file.is_file():
-        return None
-    name = _read_json(file).get("tokenizer_class")
-    return name if isinstance(name, str) else None
+
+def _hub_tokenizer_config(model_ref: str) -> dict[str, Any]:
+    """The hub checkpoint's ``tokenizer_config.json`` values; empty where it has none or the
+    download fails (the model family's tokenizer kind then stands)."""
+    try:
+        from huggingface_hub import hf_hub_download
+
+        values = json.loads(Path(hf_hub_download(model_ref, "tokenizer_config.json")).read_text(encoding="utf-8"))
+    except Exception:  # no such file in the repository, a failed download, a file that is not JSON
+        return {}
+    return values if isinstance(values, dict) else {}
 
 
 def _native_reload(config: PretrainedConfig, aliases: Mapping[str, str]) -> PretrainedConfig | None:
@@ -199,14 +208,15 @@ def hub_unreachable() -> str | None:
 
 
 def load_hub_config(model_ref: str, aliases: Mapping[str, str] = {}) -> PretrainedConfig:
-    """Load from the hub: natively, else with remote code, reloading natively when possible."""
+    """Load from the hub: natively, else with remote code, reloading natively when possible; with
+    the tokenizer class the repository's ``tokenizer_config.json`` names (:func:`with_tokenizer_class`)."""
     why = hub_unreachable()
     if why is not None:
         raise OSError(f"the model hub cannot be asked: {why}")
     from transformers import AutoConfig
 
     try:
-        return AutoConfig.from_pretrained(model_ref)
+        config = AutoConfig.from_pretrained(model_ref)
     except ValueError as native_error:  # unknown model_type, or remote code required
         try:
             remote = AutoConfig.from_pretrained(model_ref, trust_remote_code=True)
@@ -215,7 +225,8 @@ def load_hub_config(model_ref: str, aliases: Mapping[str, str] = {}) -> Pretrain
                 f"{model_ref}: transformers could not load the config natively ({native_error}) "
                 f"nor with trust_remote_code ({exc})"
             ) from exc
-        return _native_reload(remote, aliases) or remote
+        config = _native_reload(remote, aliases) or remote
+    return with_tokenizer_class(config, _hub_tokenizer_config(model_ref))
 
 
 def apply_num_hidden_layers_override(config: PretrainedConfig, num_hidden_layers: int) -> None:

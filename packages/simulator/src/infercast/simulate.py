@@ -14,7 +14,7 @@ from typing import Any
 
 from infercast_adapters import InfercastError
 from infercast_adapters.arch import text_config_of
-from infercast_adapters.config import apply_num_hidden_layers_override, load_config, local_tokenizer_class
+from infercast_adapters.config import apply_num_hidden_layers_override, load_config
 from infercast_adapters.profile import tokenizer_kind_of
 
 from infercast.build import build
@@ -202,17 +202,17 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
 
 
 def resolve_profile(model_ref: str, config: Any, manager: Any) -> Any:
-    """The adapter profile of ``config``'s model type, with the tokenizer kind that a local
-    checkpoint's ``tokenizer_config.json`` names in place of the family's (Kimi-K2's checkpoints
-    load as ``deepseek_v3`` but tokenize with tiktoken)."""
+    """The adapter profile of ``config``'s model type, with the tokenizer kind of the class the
+    checkpoint names (``config.tokenizer_class``, from its config.json or tokenizer_config.json)
+    in place of the family's: Kimi-K2's checkpoints load as ``deepseek_v3`` but tokenize with tiktoken."""
     profile = manager.profile_for(config.model_type)
     if profile is None:
         raise InfercastError(
             f"{model_ref}: no adapter profile for model_type {config.model_type!r}. "
             f"Profiles exist for: {', '.join(sorted(manager.profiles()))}. Install an adapter plugin for it."
         )
-    name = local_tokenizer_class(model_ref)
-    kind = tokenizer_kind_of(name) if name is not None else None
+    name = getattr(config, "tokenizer_class", None)
+    kind = tokenizer_kind_of(name) if isinstance(name, str) else None
     return profile if kind in (None, profile.tokenizer) else replace(profile, tokenizer=kind)
 
 

@@ -225,19 +225,25 @@ M1_LOADED = [(14.09, {"tpot_ms": 53.25, "ttft_ms": 374.30, "output_tok_s": 258.1
 
 
 def m1_loaded_rows():
-    """(mean concurrency, measured, simulated TPOT ms, mean TTFT ms, output tok/s) per run."""
-    from infercast.plan import PlanRequest
+    """(mean concurrency, measured, simulated TPOT ms, mean TTFT ms, output tok/s) per run; each
+    prompt tokenized as M1's sglang version calls Kimi's tokenizer (the plan prices it at its
+    tables' version)."""
+    from infercast.plan import Planner, PlanRequest
     from infercast.serving import ServingOptions
 
-    from serving_points import UNIFORM_1K, tp_only
+    from serving_points import UNIFORM_1K, tp_config
 
     rows = []
     for concurrency, measured in M1_LOADED:
         request = PlanRequest(model="moonshotai/Kimi-K2.5", device="H200", num_devices=(8,),
                               batches=(128,), speculative=(), all_reduce_fusion=M1_FUSION,
                               serving=ServingOptions(concurrency=round(concurrency), lengths=UNIFORM_1K))
-        tp8 = tp_only(request, 8)
-        rows.append((concurrency, measured, tp8.tpot_ms, tp8.serving["ttft_mean_ms"],
+        planner = Planner(request)
+        tp8 = tp_config(planner, 8)
+        costs, tokens = planner.costs, round(UNIFORM_1K.mean_input)
+        as_ran = (costs.engine.request_cost(planner.profile.tokenizer, M1_VERSION).at(tokens)
+                  - costs.request_cost(planner.profile.tokenizer).at(tokens))
+        rows.append((concurrency, measured, tp8.tpot_ms, tp8.serving["ttft_mean_ms"] + as_ran * 1e3,
                      tp8.tokens_per_s_per_device * tp8.layout.num_devices))
     return rows
 

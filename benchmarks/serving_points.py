@@ -76,8 +76,12 @@ UNIFORM_1K = LengthDist(tuple((i, o, 1.0) for i in range(25, 1000, 50) for o in 
 
 def tp_only(request: PlanRequest, tp: int):
     """The plan's TP-only configuration (no DP, no EP) over ``tp`` devices."""
-    plan = Planner(request).run()
-    return next(c for c in plan.configs if (c.layout.tp, c.layout.dp, c.layout.ep) == (tp, 1, 1))
+    return tp_config(Planner(request), tp)
+
+
+def tp_config(planner: Planner, tp: int):
+    """``planner``'s TP-only configuration (no DP, no EP) over ``tp`` devices."""
+    return next(c for c in planner.run().configs if (c.layout.tp, c.layout.dp, c.layout.ep) == (tp, 1, 1))
 
 
 def simulated_clients(request: PlanRequest, clients: int, tp: int, *, requests: int | None = None,

@@ -122,6 +122,7 @@ def test_hub_flow_retries_with_remote_code_then_reloads_natively(monkeypatch: py
 
     monkeypatch.setattr("transformers.AutoConfig.from_pretrained", from_pretrained)
     monkeypatch.setattr(config_module, "hub_unreachable", lambda: None)
+    monkeypatch.setattr(config_module, "_hub_tokenizer_config", lambda ref: {})
     config = config_module.load_hub_config("moonshotai/Kimi-K2-Instruct", {"kimi_k2": "deepseek_v3"})
     assert calls == [False, True]
     assert isinstance(config, DeepseekV3Config) and config.n_routed_experts == 384
@@ -137,6 +138,7 @@ def test_hub_flow_keeps_a_remote_config_with_no_native_equivalent(monkeypatch: p
 
     monkeypatch.setattr("transformers.AutoConfig.from_pretrained", from_pretrained)
     monkeypatch.setattr(config_module, "hub_unreachable", lambda: None)
+    monkeypatch.setattr(config_module, "_hub_tokenizer_config", lambda ref: {})
     assert config_module.load_hub_config("org/new") is remote
 
 
@@ -162,6 +164,16 @@ def test_hub_flow_takes_the_tokenizer_class_from_the_repository(monkeypatch: pyt
 
     monkeypatch.setattr("huggingface_hub.hf_hub_download", missing)
     assert getattr(config_module.load_hub_config("org/plain"), "tokenizer_class", None) is None
+
+
+def test_a_local_tokenizer_config_names_the_tokenizer_class_ahead_of_config_json(tmp_path) -> None:
+    """As transformers' AutoTokenizer reads them: tokenizer_config.json's class first."""
+    values = {"model_type": "deepseek_v3", "tokenizer_class": "LlamaTokenizerFast"}
+    (tmp_path / "config.json").write_text(json.dumps(values))
+    assert config_module.load_local_config(tmp_path).tokenizer_class == "LlamaTokenizerFast"
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "TikTokenTokenizer"}))
+    assert config_module.load_local_config(tmp_path).tokenizer_class == "TikTokenTokenizer"
+    assert config_module.load_local_config(tmp_path / "config.json").tokenizer_class == "TikTokenTokenizer"
 
 
 def test_num_hidden_layers_override_reaches_text_config() -> None:

@@ -145,7 +145,9 @@ def test_the_planner_prices_and_launches_it_as_simulate_does(config_path: str) -
     config = on.evaluate(layout, None, 1, None)
     assert "--enable-attn-tp-input-scattered" in on.commands_for(config)["sglang"]
     assert "--enable-attn-tp-input-scattered" not in off.commands_for(config)["sglang"]
-    assert not any("scattered" in note for note in on.notes_for(config))
+    (note,) = [n for n in on.notes_for(config) if "scattered" in n]
+    assert note.startswith("vllm, trtllm: no equivalent of sglang's --enable-attn-tp-input-scattered")
+    assert not any("scattered" in n for n in off.notes_for(config))
 
 
 def test_a_prefill_pool_scatters_where_the_aggregated_server_cannot(config_path: str) -> None:

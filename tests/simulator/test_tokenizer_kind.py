@@ -11,7 +11,7 @@ from infercast.engines import (TIKTOKEN_ENCODE_PER_TOKEN_S, TIKTOKEN_PIPELINE_PE
                                engine_named)
 from infercast.request import UserInput
 from infercast.simulate import simulate
-from infercast_adapters import ConfigError
+from infercast_adapters import ConfigError, InfercastError
 
 from .toy_models import DEEPSEEK_V3
 
@@ -35,15 +35,8 @@ def test_a_tiktoken_tokenizer_costs_what_the_engines_call_costs(engine: str, ver
     assert policy.request.per_item_s == TOKENIZE_PER_TOKEN_S
 
 
-def test_the_rates_are_the_microbenchmarks() -> None:
-    # sglang PR 25265, Kimi-K2.5's tokenizer on one 80K-token text: 47 ms via encode(), 308 ms via __call__
-    assert TIKTOKEN_ENCODE_PER_TOKEN_S * 80_000 == pytest.approx(0.047)
-    assert TIKTOKEN_PIPELINE_PER_TOKEN_S * 80_000 == pytest.approx(0.308)
-    assert TIKTOKEN_ENCODE_PER_TOKEN_S < TOKENIZE_PER_TOKEN_S < TIKTOKEN_PIPELINE_PER_TOKEN_S
-
-
 def test_an_unknown_kind_is_refused() -> None:
-    with pytest.raises(Exception, match="unknown tokenizer kind 'sentencepiece'; known: fast, tiktoken"):
+    with pytest.raises(InfercastError, match="unknown tokenizer kind 'sentencepiece'; known: fast, tiktoken"):
         engine_named("sglang").request_cost("sentencepiece", None)
 
 

@@ -156,11 +156,11 @@ def load_local_config(path: str | Path, aliases: Mapping[str, str] = {}) -> Pret
 
 
 def with_tokenizer_class(config: PretrainedConfig, tokenizer_config: Mapping[str, Any]) -> PretrainedConfig:
-    """``config`` with the checkpoint's tokenizer class as its ``tokenizer_class`` (a config key
-    transformers also reads), taken from the checkpoint's ``tokenizer_config.json`` values where
-    the config names none: Kimi-K2's checkpoints load as DeepSeek-V3 but tokenize with tiktoken."""
+    """``config`` with the tokenizer class the checkpoint's ``tokenizer_config.json`` values name
+    as its ``tokenizer_class``, ahead of any the config.json names, as transformers' AutoTokenizer
+    reads them: Kimi-K2's checkpoints load as DeepSeek-V3 but tokenize with tiktoken."""
     name = tokenizer_config.get("tokenizer_class")
-    if isinstance(name, str) and not getattr(config, "tokenizer_class", None):
+    if isinstance(name, str):
         config.tokenizer_class = name
     return config
 
@@ -171,10 +171,9 @@ def _hub_tokenizer_config(model_ref: str) -> dict[str, Any]:
     try:
         from huggingface_hub import hf_hub_download
 
-        values = json.loads(Path(hf_hub_download(model_ref, "tokenizer_config.json")).read_text(encoding="utf-8"))
-    except Exception:  # no such file in the repository, a failed download, a file that is not JSON
+        return _read_json(Path(hf_hub_download(model_ref, "tokenizer_config.json")))
+    except Exception:  # no such file in the repository, a failed download, a file that is not a JSON object
         return {}
-    return values if isinstance(values, dict) else {}
 
 
 def _native_reload(config: PretrainedConfig, aliases: Mapping[str, str]) -> PretrainedConfig | None:

@@ -56,8 +56,6 @@ class ModelProfile:
     """Class name of the sparse MoE block; None for dense models."""
     vision_tower_class: str | None = None
     """Class name of the vision encoder; None for text-only models."""
-    tokenizer: str = "fast"
-    """The family's tokenizer kind, one of :data:`TOKENIZER_KINDS`."""
     routed_experts_key: str | None = None
     """Config key of the number of routed experts (``n_routed_experts``, ``num_experts``...)."""
     text_config_key: str | None = None
@@ -73,6 +71,9 @@ class ModelProfile:
     field_overrides: Mapping[str, str] = field(default_factory=dict)
     """Attribute names that differ from the transformers-native modules, canonical -> actual
     (e.g. ``{"kv_a_proj_with_mqa": "kv_down_proj"}``)."""
+    tokenizer: str = "fast"
+    """The family's tokenizer kind, one of :data:`TOKENIZER_KINDS` (last, so that profiles built
+    with positional arguments before it keep their meaning)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "field_overrides", MappingProxyType(dict(self.field_overrides)))

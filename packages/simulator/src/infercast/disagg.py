@@ -357,8 +357,9 @@ def sglang_overlaps(planner: Planner, decode: DecodeChoice) -> bool:
 
 def launch_notes(planner: Planner, config: DisaggConfig) -> list[str]:
     """What the pools' launch commands cannot say: an engine that moves the experts' tokens
-    otherwise than the plan priced, a two-batch overlap sglang cannot run, and an asked-for
-    scattered attention input the prefill pool's layout runs without."""
+    otherwise than the plan priced, a two-batch overlap sglang cannot run, and the prefill pool's
+    scattered attention input (chosen, asked for and refused, or without an equivalent)."""
+    from infercast.engines import engine_named
     from infercast.plan import dispatch_notes, scatter_note
 
     r, arch = planner.request, planner.device.cuda_arch
@@ -370,8 +371,11 @@ def launch_notes(planner: Planner, config: DisaggConfig) -> list[str]:
     notes.append(scatter_note(planner.scattered_input(p.layout, p.quantization, disaggregated=True)[1], p.layout,
                               "prefill pool, "))
     if p.scattered:
-        notes.append("prefill pool, vllm: no equivalent of sglang's --enable-attn-tp-input-scattered, which the plan "
-                     "priced the pool with")
+        flag = engine_named("sglang").scattered_attention_input.flag
+        if not r.enable_attn_tp_input_scattered:
+            notes.append(f"prefill pool, sglang: runs {flag}, which serves more requests/s on {p.layout.describe()} "
+                         "than without it (each prefill pool where sglang offers it is priced both ways)")
+        notes.append(f"prefill pool, vllm: no equivalent of sglang's {flag}, which the plan priced the pool with")
     if config.decode.two_batch_overlap and not sglang_overlaps(planner, config.decode):
         notes.append("decode pool, sglang: two-batch overlap needs an MoE all-to-all, which sglang does not run for "
                      "these experts: its command runs without it, where the plan priced the overlap")

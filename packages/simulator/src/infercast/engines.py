@@ -496,10 +496,9 @@ class Engine:
             rate, how = TIKTOKEN_PIPELINE_PER_TOKEN_S, "tokenizer(text), transformers' Python pipeline"
         when = call.source if call is not None else "not known for this engine, taken as tokenizer(text)"
         return replace(self.request, per_item_s=rate, source=(
-            f"{self.request.source}. This model's tokenizer is a tiktoken class (Kimi's TikTokenTokenizer), called "
-            f"as {how}: {rate * 1e6:.2f} us a token, not {TOKENIZE_PER_TOKEN_S * 1e6:.1f} (sglang PR 25265: 80K "
-            f"tokens in 47 ms through encode(), 308 ms through tokenizer(text)); {self.name} "
-            f"{version or 'newest'}: {when}"))
+            f"{self.request.source}; but this model's tiktoken tokenizer, called as {how}, takes "
+            f"{rate * 1e6:.2f} us a token (sglang PR 25265's microbenchmark) in {self.name} "
+            f"{version or 'newest'} ({when})"))
 
     def host_step(self, version: str | None, mode: str = "auto", *, speculative: bool = False) -> HostCost:
         """The host time a step (a speculative cycle) waits for at engine ``version``:

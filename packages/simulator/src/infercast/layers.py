@@ -113,12 +113,9 @@ class SimContext:
         mixed steps of a deployment that has it on (not decode, not a draft's extend)."""
         return self.attn_input_scattered and not self.workload.decode
 
-    def scattering_off(self) -> contextlib.AbstractContextManager[None]:
-        """Trace a forward the engine never scatters (a draft's extend) inside the block."""
-        return self._swapped("attn_input_scattered", False)
-
     def scattering(self, on: bool) -> contextlib.AbstractContextManager[None]:
-        """Trace for a server that has the scattered attention input ``on`` (or off) inside the block."""
+        """Trace for a server that has the scattered attention input ``on`` (or off) inside the
+        block; off also for a forward the engine never scatters (a draft's extend)."""
         return self._swapped("attn_input_scattered", on)
 
     def replaying_graphs(self, on: bool) -> contextlib.AbstractContextManager[None]:

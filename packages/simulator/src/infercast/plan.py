@@ -803,6 +803,9 @@ def launch_notes(request: PlanRequest, config: Config, spec: Any = None, *, expe
     notes += dispatch_notes(request, config.layout, expert_dtype, cuda_arch, ("sglang", "vllm", "trtllm"),
                             one_mode=True)
     notes += [scatter_note(scatter_off, config.layout)]
+    if request.enable_attn_tp_input_scattered and scatter_off is None:
+        notes.append(f"vllm, trtllm: no equivalent of sglang's {engine_named('sglang').scattered_attention_input.flag}, "
+                     "which the plan priced prefill with")
     return [note for note in notes if note]
 
 

@@ -108,7 +108,7 @@ class SimMTPLayer(SimModule):
 
     def forward(self, embeds: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         x = self.eh_proj(OPS.cat([self.enorm(embeds), self.hnorm(hidden)], -1))
-        with self.ctx.scattering_off():  # a draft's extend never scatters its attention input
+        with self.ctx.scattering(False):  # a draft's extend never scatters its attention input
             h, residual = self.decoder(x, x.new_empty(x.shape), first=True)
         return OPS.add(h, residual)
 

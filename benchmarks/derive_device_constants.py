@@ -28,7 +28,9 @@ from this script; run it to check them: .venv/bin/python benchmarks/derive_devic
 - the kernel floor is the shortest GEMM in the table (a kernel's minimum duration under CUDA
   graphs);
 - link efficiency: custom all-reduce over 8 GPUs at the largest message, bus bandwidth
-  2 (n - 1) / n x bytes / time over the NVLink peak; all-reduce floor: its smallest message.
+  2 (n - 1) / n x bytes / time over the NVLink peak; all-reduce floor: its smallest message;
+- shown, not used: the tables' Triton fused MoE over the analytic price of a fused MoE no table
+  covers (:func:`triton_moe`; docs/fidelity.md, "The analytic fused MoE at many tokens").
 
 The tables have no dense weight-only int4 GEMM; Marlin's figure on sm_90 (``MARLIN_SM90``) is a
 line time = fixed + bytes / (efficiency x HBM peak) through four published one-row Marlin
@@ -156,6 +158,57 @@ def marlin_moe_stream(devices: list) -> tuple[float, float, float, dict[str, tup
     return per_sm, share, statistics.mean(f[1] for f in fits.values()), fits
 
 
+TRITON_MOE_BYTES = {"bf16": 2.0, "fp8_block": 1.0}
+
+
+def triton_moe(device, engine: str) -> tuple[dict[tuple[str, str], float], tuple[float, float, float, int]] | None:
+    """The engine's Triton fused MoE in the device's tables (balanced routing, EP 1) against the
+    analytic price infercast gives a fused MoE no table covers (the cost model's ``moe`` shape:
+    6 x rows x hidden x width FLOPs, the touched experts' weights and the rows' activations, five
+    kernels). Returns the median measured / analytic by (dtype, token band), and a share of the
+    peak falling with the experts' width fitted like Marlin's, ``s x w / (w + h)``, over the
+    points from 4,096 tokens that take at least twice their weights' stream: (s, h, its median
+    relative error, points). Not used by the simulator (docs/fidelity.md, "The analytic fused MoE
+    at many tokens")."""
+    from infercast.cost import COMPUTE_DTYPE
+
+    try:
+        moe = aic.load("moe", device.kernel_tables, engine, aic.default_version(device.kernel_tables, engine))
+    except Exception:  # an engine without MoE tables for this device
+        return None
+    ratios: dict[tuple[str, str], list[float]] = {}
+    shares = []
+    for key in moe.keys():
+        dtype, kernel, distribution, top_k, experts, hidden, inter, moe_tp = key
+        if (kernel, distribution) != ("triton", "balanced") or dtype not in TRITON_MOE_BYTES:
+            continue
+        width, w = inter / moe_tp, TRITON_MOE_BYTES[dtype]
+        peak = device.peak(COMPUTE_DTYPE.get(dtype, "bf16"))
+        for (ep, tokens), us in moe.grid(key).points():
+            if ep != 1:
+                continue
+            rows = tokens * top_k
+            cost = OpCost(flops=6.0 * rows * hidden * width, compute_dtype=COMPUTE_DTYPE.get(dtype, "bf16"),
+                          bytes=min(experts, rows) * 3 * hidden * width * w + rows * hidden * 4, kernel_dtype=dtype,
+                          kind="gemm", kernels=5)
+            band = "32-512" if 32 <= tokens <= 512 else "8K+" if tokens >= 8192 else None
+            if band:
+                ratios.setdefault((dtype, band), []).append(us * 1e-6 / analytic.kernel_time(cost, device).seconds)
+            stream = experts * 3 * hidden * width * w / (device.hbm_bandwidth_bytes_per_s * device.efficiency.memory)
+            if tokens >= 4096 and us * 1e-6 >= 2 * stream:
+                shares.append((width, 6 * rows * hidden * width / (us * 1e-6) / peak))
+    if not shares:
+        return None
+
+    def fit(half: int) -> tuple[float, float]:
+        share = statistics.median(e * (v + half) / v for v, e in shares)
+        return statistics.median(abs(share * v / (v + half) / e - 1) for v, e in shares), share
+
+    half = min(range(0, 1001, 5), key=lambda h: fit(h)[0])
+    error, share = fit(half)
+    return {k: statistics.median(v) for k, v in ratios.items()}, (share, half, error, len(shares))
+
+
 def attention_fixed(device, system: str, version: str) -> tuple[list[float], list[float]]:
     """Measured minus roofline (us) of each small decode attention in the device's tables: GQA/MHA
     with head dim 128, and MLA over DeepSeek-V3's latent cache; bf16 caches."""
@@ -258,6 +311,14 @@ def main() -> int:
             print(f"  link: all-reduce of {size / 2**20:.0f} MiB on 8 GPUs, bus {bus / 1e9:.0f} GB/s = "
                   f"{bus / device.scale_up_bandwidth_bytes_per_s:.3f} of NVLink; floor {points[0][1]:.2f} us "
                   f"at {points[0][0][0]:.0f} bytes")
+        for engine in ("sglang", "vllm"):
+            found = triton_moe(device, engine)
+            if found is not None:
+                ratios, (share, half, error, n) = found
+                print(f"  Triton fused MoE ({engine}), measured / analytic: " + ", ".join(
+                    f"{dtype} {band} tokens {r:.2f}" for (dtype, band), r in sorted(ratios.items()))
+                      + f"; compute-bound share {share:.3f} x w / (w + {half}) of peak over {n} points "
+                      f"(median relative error {error:.1%}; not used)")
     h200 = next(d for d in BUILTIN_DEVICES if d.name == "H200")
     memory, fixed, errors = marlin_stream(h200)
     print(f"== Marlin W4A16 on sm_90 (H200, TileOPs PR 1874): {memory:.3f} of HBM peak + {fixed * 1e6:.2f} us; "

@@ -36,6 +36,15 @@ LLAMA2_COMMON = dict(model_type="llama", architectures=["LlamaForCausalLM"], voc
                      max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000.0, hidden_act="silu",
                      tie_word_embeddings=False, torch_dtype="float16")
 
+# Mixtral-8x22B (mistralai/Mixtral-8x22B-v0.1's config.json): eight experts of 16,384 behind a
+# 6,144-wide residual, two per token, 56 layers of grouped-query attention (48 heads, 8 KV heads).
+# Not bundled with infercast; the shape aiconfigurator's MoE tables list as (6144, 16384, 8, 2).
+MIXTRAL_8X22B = dict(model_type="mixtral", architectures=["MixtralForCausalLM"], hidden_size=6144,
+                     intermediate_size=16384, num_hidden_layers=56, num_attention_heads=48, num_key_value_heads=8,
+                     num_local_experts=8, num_experts_per_tok=2, vocab_size=32000, max_position_embeddings=65536,
+                     rms_norm_eps=1e-5, rope_theta=1e6, hidden_act="silu", tie_word_embeddings=False,
+                     torch_dtype="bfloat16")
+
 # Kimi-K2-Instruct-0905: Kimi-K2.5's text model (the same DeepSeek-V3 architecture with 384
 # experts, 64 heads, one dense layer), shipped with every linear layer in FP8 128x128 blocks
 # instead of INT4 experts; its config.json names model_type kimi_k2.
@@ -55,6 +64,7 @@ SGLANG_H20 = "sglang PR 7631"
 SGLANG_PR_VERSION = "0.5.5"  # November 2025
 SGLANG_H20_VERSION = "0.4.8"  # June 2025
 VLLM_RTN = "vLLM PR 23197"
+VLLM_MOE = "vLLM PR 4002"
 
 SOURCES = {
     TRTLLM_090: "NVIDIA/TensorRT-LLM docs/source/performance.md at v0.9.0, the 'first token latency' tables at "
@@ -97,6 +107,11 @@ SOURCES = {
               "benchmark_latency --input-len 256 --output-len 32 on one H100, Llama-3.1-8B in bf16 and with "
               "RTN_NUM_BITS=4 --quantization rtn (INT4 weights, bf16 activations, through Marlin), mean of 5 runs; "
               "the batches 1 and 16 of the PR's 1, 4, 8 and 16",
+    VLLM_MOE: "vllm-project/vllm PR 4002 (2024-04-11, 'Fused MoE Config for Mixtral 8x22'), its A100-80G sanity "
+              "check 'with config': benchmark_latency at its defaults (32 tokens in, 128 out) for Mixtral-8x22B in "
+              "bf16 at TP4 and TP8, batches 8, 16 and 32, mean latency. vLLM 0.4 (V0, no async scheduling, no "
+              "all-reduce fusion). vLLM's A100 MoE table holds only skewed-routing rows, so the fused MoE is priced "
+              "analytically",
 }
 
 
@@ -263,6 +278,7 @@ def _config_dir(name: str, values: dict, root: Path, tokenizer_class: str | None
 def points(root: Path) -> list[Published]:
     l7, l70 = _llama2("Llama-2-7B", root), _llama2("Llama-2-70B", root)
     # Kimi-K2's checkpoint tokenizes with tiktoken (tokenization_kimi.py), as Kimi-K2.5's does
+    mixtral22 = _config_dir("Mixtral-8x22B", MIXTRAL_8X22B, root)
     kimi_k2 = _config_dir("Kimi-K2-Instruct-0905", _kimi_k2_instruct(), root, "TikTokenTokenizer")
     llama70 = "meta-llama/Llama-3.1-70B-Instruct"  # Llama-3.3-70B has the same architecture
     llama8 = "meta-llama/Llama-3.1-8B-Instruct"
@@ -343,6 +359,10 @@ def points(root: Path) -> list[Published]:
                   VLLM_CI, batch_latency(llama70, "H100", 4, 8, 32, 128)),
         Published("V5", "Llama-3.1-8B bf16, 1 x A100-SXM4-80GB", 1585.43, "decode", "offline batch latency",
                   VLLM_CI, batch_latency(llama8, "A100", 1, 8, 32, 128)),
+        *(Published(f"X{n}", f"Mixtral-8x22B bf16, {tp} x A100 TP{tp}, batch {batch}", seconds * 1e3, "decode",
+                    "offline batch latency", VLLM_MOE, batch_latency(mixtral22, "A100", tp, batch, 32, 128))
+          for n, (tp, batch, seconds) in enumerate(((4, 8, 5.4268), (4, 16, 6.1079), (4, 32, 6.8939),
+                                                    (8, 8, 3.7084), (8, 16, 4.0473), (8, 32, 4.3907)), 1)),
     ]
 
 

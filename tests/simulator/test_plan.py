@@ -158,6 +158,7 @@ def test_an_slo_nothing_meets_is_reported_with_the_closest(capsys) -> None:
     (["--speculative-grid", "s3"], "--speculative-grid: .* has no speculative option its adapter offers"),
     (["--no-speculative", "--num-mtp-tokens", "2"], "--no-speculative .* cannot go with --num-mtp-tokens"),
     (["--num-mtp-tokens", "2"], "llama has no MTP layer"),
+    (["--quantization", "fp8,int3"], "unknown --quantization 'int3'; valid: checkpoint .* FP8_BLOCK"),
     (["--speculative-algorithm", "EAGLE3", "--speculative-draft-model", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
       "--accept-length", "2", "--speculative-grid", "3-2-5"], "trees .* need --acceptance-matrix"),
     (["--speculative-algorithm", "EAGLE3", "--speculative-draft-model", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",

@@ -381,6 +381,12 @@ def test_cli_bad_input_exits_2_with_a_message(argv, message, capsys) -> None:
     assert message in " ".join(err.split()) and "Traceback" not in err
 
 
+def test_a_negative_operator_count_is_refused_by_the_parser(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["simulate", "--show-ops", "-1"])
+    assert exit_.value.code == 2 and "--show-ops: '-1' is negative" in capsys.readouterr().err
+
+
 def test_no_arguments_simulates_the_default(capsys) -> None:
     assert cli.main([]) == 0
     out = capsys.readouterr().out

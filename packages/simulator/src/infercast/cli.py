@@ -315,6 +315,12 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
         raise InfercastError("trees (topk > 1) in --speculative-grid need --acceptance-matrix (depth x rank); "
                              "a chain's accept length says nothing about other branches")
     quants = tuple(None if q in ("checkpoint", "none", "") else q for q in args.quantization.split(","))
+    from infercast.quant import ACTIONS
+
+    unknown = [q for q in quants if q is not None and q.upper() not in ACTIONS]
+    if unknown:
+        raise InfercastError(f"unknown --quantization {unknown[0]!r}; valid: checkpoint (the checkpoint's own), "
+                             + ", ".join(ACTIONS))
     serving = serving_options(args)
     if serving.lengths is not None:  # the histogram's means set the decode context and the memory per request
         args.input_length = max(1, round(serving.lengths.mean_input))
@@ -641,6 +647,11 @@ def _int(text: str) -> int:
     return value
 
 
+def _count(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative; give 0 (none) or more")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -663,7 +674,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true", help="print the result as JSON (schema: docs/simulate.md)")
     g.add_argument("--output-json", metavar="FILE", help="also write the JSON result to FILE")
     g.add_argument("--chrome-trace", metavar="FILE", help="write one step as a Chrome trace (open in Perfetto)")
-    g.add_argument("--show-ops", type=_int, default=10, metavar="N", help="operators in the summary table (default 10)")
+    g.add_argument("--show-ops", type=_count, default=10, metavar="N",
+                   help="operators in the summary table (default 10; 0: none)")
     g.add_argument("--from-ir", metavar="FILE.json", default=None,
                    help="price a pytorch-ir graph (infercast export's, or any) instead of the model's engine view; "
                         "uses --device and the cost-model flags (docs/simulate.md)")

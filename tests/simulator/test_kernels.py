@@ -707,3 +707,22 @@ def test_an_operator_no_table_can_answer_says_why() -> None:
     assert all_reduce.source == "analytic" and all_reduce.origin.startswith(UNCOVERED["infercast::all_reduce"])
     add = next(op for op in result.ops if op.name.startswith("add "))
     assert add.origin == "no table kind"
+
+
+def test_a_moe_shape_measured_only_with_skewed_routing_says_so_and_names_the_flag_that_reads_it() -> None:
+    """vLLM's A100 MoE table times Mixtral-8x7B's experts with power-law routing only: a balanced
+    run prices them analytically and its row says why and which --expert-imbalance reads the
+    table; with that flag the row is the table's."""
+    from infercast.simulate import UserInput, simulate
+
+    def moe(imbalance: str):
+        result = simulate(UserInput(model="mistralai/Mixtral-8x7B-Instruct-v0.1", device="A100", num_devices=2,
+                                    tp_size=2, num_queries=8, decode=True, context_length=96, engine="vllm",
+                                    expert_imbalance=imbalance))
+        return next(op for op in result.ops if op.name.startswith("fused_moe"))
+
+    balanced, skewed = moe("balanced"), moe("power-law-1.01")
+    assert balanced.source == "analytic"
+    assert "power_law_1.01 and power_law_1.2 routing only, not balanced" in balanced.origin
+    assert "--expert-imbalance power-law-1.01" in balanced.origin
+    assert skewed.source in ("measured", "interpolated") and skewed.origin.startswith("moe vllm")

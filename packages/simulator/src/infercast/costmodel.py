@@ -234,11 +234,32 @@ def _why_analytic(record: OpRecord, query: Query | None, model: CostModel) -> st
                 f"at the device's cast rate")
     if model.tables is None and model.calibration is None:
         return "no measured tables"
+    if query is None and record.name == "infercast::fused_moe":
+        other = _moe_routings_measured(record, model)
+        if other:
+            from infercast.routing import DISTRIBUTIONS
+
+            flags = {table: flag for flag, table in DISTRIBUTIONS.items()}
+            return (f"the engine's moe table times this expert shape with {' and '.join(other)} routing only, not "
+                    f"{record['distribution']} (--expert-imbalance {flags.get(other[0], other[0])} reads it)")
     if query is None:
         return UNCOVERED.get(record.name, "no table kind")
     if query.kind == "gemm" and query.key[0] in EAGER_TIMED_GEMMS.get(model.engine.tables, ()):
         return f"{model.engine.name}'s {query.key[0]} GEMM table was timed eagerly, host launches included: left out"
     return f"no {query.kind} table for {'/'.join(str(k) for k in query.key)}"
+
+
+def _moe_routings_measured(record: OpRecord, model: CostModel) -> list[str]:
+    """The routings the engine's MoE tables measure this expert shape with (any of its kernels,
+    as :meth:`CostModel.engine_kernel` takes them), where ``record``'s routing has none."""
+    dtype = _table_dtype(record["dtype"], model.device)
+    hidden, inter = record["x"].shape[-1], record["w13"].shape[1] // 2 * record["moe_tp"]
+    shape = (record["top_k"], record["num_experts"], hidden, inter, record["moe_tp"])
+    found = set()
+    for source in (model.calibration, model.tables):
+        if source is not None:
+            found |= {key[2] for key in source.table("moe").keys() if key[0] == dtype and key[3:] == shape}
+    return sorted(found - {record["distribution"]})
 
 
 def _check_version(version: str) -> None:

@@ -172,10 +172,10 @@ def triton_moe(device, engine: str) -> tuple[dict[tuple[str, str], float], tuple
     at many tokens")."""
     from infercast.cost import COMPUTE_DTYPE
 
-    try:
-        moe = aic.load("moe", device.kernel_tables, engine, aic.default_version(device.kernel_tables, engine))
-    except Exception:  # an engine without MoE tables for this device
+    version = aic.default_version(device.kernel_tables, engine)
+    if version is None:  # no tables of this engine for the device
         return None
+    moe = aic.load("moe", device.kernel_tables, engine, version)
     ratios: dict[tuple[str, str], list[float]] = {}
     shares = []
     for key in moe.keys():

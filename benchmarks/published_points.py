@@ -277,8 +277,8 @@ def _config_dir(name: str, values: dict, root: Path, tokenizer_class: str | None
 
 def points(root: Path) -> list[Published]:
     l7, l70 = _llama2("Llama-2-7B", root), _llama2("Llama-2-70B", root)
-    # Kimi-K2's checkpoint tokenizes with tiktoken (tokenization_kimi.py), as Kimi-K2.5's does
     mixtral22 = _config_dir("Mixtral-8x22B", MIXTRAL_8X22B, root)
+    # Kimi-K2's checkpoint tokenizes with tiktoken (tokenization_kimi.py), as Kimi-K2.5's does
     kimi_k2 = _config_dir("Kimi-K2-Instruct-0905", _kimi_k2_instruct(), root, "TikTokenTokenizer")
     llama70 = "meta-llama/Llama-3.1-70B-Instruct"  # Llama-3.3-70B has the same architecture
     llama8 = "meta-llama/Llama-3.1-8B-Instruct"

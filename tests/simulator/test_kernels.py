@@ -724,5 +724,16 @@ def test_a_moe_shape_measured_only_with_skewed_routing_says_so_and_names_the_fla
     balanced, skewed = moe("balanced"), moe("power-law-1.01")
     assert balanced.source == "analytic"
     assert "power_law_1.01 and power_law_1.2 routing only, not balanced" in balanced.origin
-    assert "--expert-imbalance power-law-1.01" in balanced.origin
+    assert "--expert-imbalance power-law-1.01 reads them" in balanced.origin
     assert skewed.source in ("measured", "interpolated") and skewed.origin.startswith("moe vllm")
+
+
+def test_an_expert_parallel_moe_the_tables_miss_does_not_blame_the_routing() -> None:
+    """DeepSeek-V3 on 8 x H100 at EP8 through vLLM: its table has balanced rows for the shape, so
+    an analytic MoE row there must not send the user to another --expert-imbalance."""
+    from infercast.simulate import UserInput, simulate
+
+    result = simulate(UserInput(model="deepseek-ai/DeepSeek-V3", device="H100", num_devices=8, tp_size=8, ep_size=8,
+                                num_queries=8, decode=True, context_length=512, engine="vllm"))
+    rows = [op for op in result.ops if op.name.startswith("fused_moe")]
+    assert rows and all("routing only" not in op.origin for op in rows)

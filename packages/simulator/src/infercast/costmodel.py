@@ -239,9 +239,9 @@ def _why_analytic(record: OpRecord, query: Query | None, model: CostModel) -> st
         if other:
             from infercast.routing import DISTRIBUTIONS
 
-            flags = {table: flag for flag, table in DISTRIBUTIONS.items()}
-            return (f"the engine's moe table times this expert shape with {' and '.join(other)} routing only, not "
-                    f"{record['distribution']} (--expert-imbalance {flags.get(other[0], other[0])} reads it)")
+            flag = next((f for f, table in DISTRIBUTIONS.items() if table in other), None)
+            return (f"the moe tables time this expert shape with {' and '.join(other)} routing only, not "
+                    f"{record['distribution']}" + (f" (--expert-imbalance {flag} reads them)" if flag else ""))
     if query is None:
         return UNCOVERED.get(record.name, "no table kind")
     if query.kind == "gemm" and query.key[0] in EAGER_TIMED_GEMMS.get(model.engine.tables, ()):
@@ -250,8 +250,12 @@ def _why_analytic(record: OpRecord, query: Query | None, model: CostModel) -> st
 
 
 def _moe_routings_measured(record: OpRecord, model: CostModel) -> list[str]:
-    """The routings the engine's MoE tables measure this expert shape with (any of its kernels,
-    as :meth:`CostModel.engine_kernel` takes them), where ``record``'s routing has none."""
+    """The routings the MoE tables measure this expert shape with (any kernel, as
+    :meth:`CostModel.engine_kernel` takes them) when ``record``'s routing has none; empty when
+    it has some or the experts are spread over EP ranks (a miss there has other causes: an EP
+    size or a DeepEP kernel the tables lack)."""
+    if record["local_experts"] < record["num_experts"]:
+        return []
     dtype = _table_dtype(record["dtype"], model.device)
     hidden, inter = record["x"].shape[-1], record["w13"].shape[1] // 2 * record["moe_tp"]
     shape = (record["top_k"], record["num_experts"], hidden, inter, record["moe_tp"])
@@ -259,7 +263,7 @@ def _moe_routings_measured(record: OpRecord, model: CostModel) -> list[str]:
     for source in (model.calibration, model.tables):
         if source is not None:
             found |= {key[2] for key in source.table("moe").keys() if key[0] == dtype and key[3:] == shape}
-    return sorted(found - {record["distribution"]})
+    return [] if record["distribution"] in found else sorted(found)
 
 
 def _check_version(version: str) -> None:

@@ -271,6 +271,7 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
         TimeElapsedColumn,
     )
 
+    from infercast.quant import ACTIONS
     from infercast.request import UserInput, check
 
     if args.plot:
@@ -315,8 +316,6 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
         raise InfercastError("trees (topk > 1) in --speculative-grid need --acceptance-matrix (depth x rank); "
                              "a chain's accept length says nothing about other branches")
     quants = tuple(None if q in ("checkpoint", "none", "") else q for q in args.quantization.split(","))
-    from infercast.quant import ACTIONS
-
     unknown = [q for q in quants if q is not None and q.upper() not in ACTIONS]
     if unknown:
         raise InfercastError(f"unknown --quantization {unknown[0]!r}; valid: checkpoint (the checkpoint's own), "

@@ -256,9 +256,7 @@ def _moe_routings_measured(record: OpRecord, model: CostModel) -> list[str]:
     size or a DeepEP kernel the tables lack)."""
     if record["local_experts"] < record["num_experts"]:
         return []
-    dtype = _table_dtype(record["dtype"], model.device)
-    hidden, inter = record["x"].shape[-1], record["w13"].shape[1] // 2 * record["moe_tp"]
-    shape = (record["top_k"], record["num_experts"], hidden, inter, record["moe_tp"])
+    dtype, shape = _moe_key(record, model.device)
     found = set()
     for source in (model.calibration, model.tables):
         if source is not None:
@@ -469,12 +467,17 @@ def _mla_bmm_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phas
     return Query("mla_bmm", (dtype, which), (heads, tokens), shape)
 
 
+def _moe_key(record: OpRecord, device: DeviceSpec) -> tuple[str, tuple]:
+    """A fused MoE's table dtype and expert shape (top-k, experts, hidden, intermediate, MoE TP),
+    the ``moe`` key after its kernel and routing."""
+    hidden, inter = record["x"].shape[-1], record["w13"].shape[1] // 2 * record["moe_tp"]
+    return (_table_dtype(record["dtype"], device),
+            (record["top_k"], record["num_experts"], hidden, inter, record["moe_tp"]))
+
+
 def _moe_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -> Query | None:
-    dtype = _table_dtype(record["dtype"], model.device)
-    local, top_k, experts = record["local_experts"], record["top_k"], record["num_experts"]
-    w13 = record["w13"]
-    hidden, inter = record["x"].shape[-1], w13.shape[1] // 2 * record["moe_tp"]
-    moe_tp = record["moe_tp"]
+    dtype, (top_k, experts, hidden, inter, moe_tp) = _moe_key(record, model.device)
+    local = record["local_experts"]
     ep = experts / local
     tokens = record["routed_rows"] / local * experts / top_k
     device = model.device

@@ -123,7 +123,9 @@ class Efficiency:
     """Achieved / peak HBM bandwidth of a streaming kernel (the slope, fixed time apart)."""
     kernel_fixed_s: float
     """Time a kernel costs on top of its roofline time (launch ramp-up and tail): what a kernel
-    that moves almost nothing takes under a CUDA graph."""
+    that moves almost nothing takes under a CUDA graph. Pointwise kernels (norms, RoPE,
+    activations) pay it too, though on an H200 they take less (a 1.26 us median,
+    ``benchmarks/pointwise_kernels.py``): docs/fidelity.md, "Measured on an H200", says why."""
     link: float
     """Achieved bus bandwidth / peak scale-up link bandwidth of large all-reduces."""
     scale_out: float

@@ -54,6 +54,12 @@ CACHE_ROW = KV_LORA + ROPE_DIM
 TOKENS = (1, 4, 16, 64, 256, 1024, 4096)
 GEMMS = ((1, 32, 32), (1, 128, 128), (1, 256, 64), (1, 1024, 64), (1, 64, 512), (1, 512, 512))
 """One-row bf16 GEMMs (m, n, k) that aiconfigurator-core's gemm tables also time."""
+CHAIN = [("add_rms_norm", HIDDEN), ("rms_norm", Q_LORA), ("rms_norm", KV_LORA), ("rope", HEADS_TP8),
+         ("add_rms_norm", HIDDEN), ("silu_and_mul", SHARED_TP8), ("add", HIDDEN)]
+"""The pointwise kernels of one Kimi-K2.5 decoder layer at TP8, in order: the residual norms
+before attention and before the MLP, the query and latent norms, RoPE, the shared expert's
+SiLU-and-mul and the shared + routed add."""
+CHAIN_COUNT = {key: CHAIN.count(key) for key in CHAIN}
 LAUNCHES = 100
 REPLAYS = 20
 
@@ -228,13 +234,16 @@ def _graph_time(torch, launch, launches: int = LAUNCHES, replays: int = REPLAYS)
     return statistics.median(times)
 
 
+def _chain_launches(torch, k: dict, tokens: int) -> dict:
+    """The launch of each :data:`CHAIN` kernel at ``tokens``, by (name, width)."""
+    return {(name, shape.get("width")): launch for name, shape, launch in _cases(torch, k)
+            if shape.get("tokens") == tokens and (name, shape.get("width")) in CHAIN_COUNT}
+
+
 def _layer_chain(torch, k: dict, tokens: int) -> dict:
-    """The pointwise kernels of one Kimi-K2.5 decoder layer at TP8 (two residual norms, the
-    query and latent norms, RoPE, SiLU-and-mul of the shared expert, the shared + routed add)
-    launched in sequence, 50 layers in one graph: seconds per layer, and the sum of the same
-    kernels timed alone."""
-    launches = {(name, shape.get("width")): launch for name, shape, launch in _cases(torch, k)
-                if shape.get("tokens") == tokens and (name, shape.get("width")) in CHAIN_COUNT}
+    """:data:`CHAIN` launched in sequence, 50 layers in one graph: seconds per layer, and the
+    sum of the same kernels timed alone."""
+    launches = _chain_launches(torch, k, tokens)
     order = [launches[key] for key in CHAIN]
 
     def layer():
@@ -281,11 +290,11 @@ def _decode_gemms(torch) -> list[dict]:
 
 def _two_streams(torch, k: dict, tokens: int = 1) -> dict:
     """sglang's decode under CUDA graphs forks a second stream twice a layer (the query and
-    latent norms side by side; the routed experts beside the shared ones). The layer chain with
-    its two norms and its SiLU/add pair each forked onto a second stream, against the same
-    kernels on one stream: seconds per layer, 50 layers a graph."""
-    launches = {(name, shape.get("width")): launch for name, shape, launch in _cases(torch, k)
-                if shape.get("tokens") == tokens and (name, shape.get("width")) in CHAIN_COUNT}
+    latent norms side by side; the routed experts beside the shared ones). :data:`CHAIN` with
+    its two norms, and its SiLU-and-mul and add (standing in for the two expert branches), each
+    pair forked onto a second stream, against the same kernels on one stream: seconds per
+    layer, 50 layers a graph."""
+    launches = _chain_launches(torch, k, tokens)
     alt = torch.cuda.Stream()
 
     def forked(first, second):
@@ -310,10 +319,6 @@ def _two_streams(torch, k: dict, tokens: int = 1) -> dict:
     return dict(tokens=tokens, one_stream=_graph_time(torch, one_stream, launches=50),
                 two_streams=_graph_time(torch, two_streams, launches=50))
 
-
-CHAIN = [("add_rms_norm", HIDDEN), ("rms_norm", Q_LORA), ("rms_norm", KV_LORA), ("rope", HEADS_TP8),
-         ("add_rms_norm", HIDDEN), ("silu_and_mul", SHARED_TP8), ("add", HIDDEN)]
-CHAIN_COUNT = {key: CHAIN.count(key) for key in CHAIN}
 
 
 def measure(out: Path) -> None:

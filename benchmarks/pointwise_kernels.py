@@ -27,7 +27,7 @@ Two steps:
 
 Run: python benchmarks/pointwise_kernels.py measure --out pointwise.json
      .venv/bin/python benchmarks/pointwise_kernels.py compare benchmarks/measured/pointwise_h200.json
-(``benchmarks/measured/pointwise_h200.json``: one H200, torch 2.11.0+cu130, Triton 3.6.0,
+(``benchmarks/measured/pointwise_h200.json`` and ``pointwise_h100.json``: torch 2.11.0+cu130, Triton 3.6.0,
 2026-11-27.)
 """
 

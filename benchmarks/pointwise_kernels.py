@@ -7,6 +7,7 @@ Hopper). This microbenchmark times such kernels directly, the way a decode step 
 kernel launched many times back to back inside one CUDA graph, the graph replayed, the time
 divided by the launches. Beside them it times:
 
+- PyTorch's FP8-to-bf16 cast, which the simulator prices at a rate read off the MLA tables;
 - cuBLAS GEMMs of one row at shapes the tables hold, the check that this harness and the
   tables' time a kernel alike;
 - Kimi-K2.5's bf16 decode projections at TP8, with one weight reused and with a different
@@ -60,6 +61,8 @@ CHAIN = [("add_rms_norm", HIDDEN), ("rms_norm", Q_LORA), ("rms_norm", KV_LORA), 
 before attention and before the MLP, the query and latent norms, RoPE, the shared expert's
 SiLU-and-mul and the shared + routed add."""
 CHAIN_COUNT = {key: CHAIN.count(key) for key in CHAIN}
+CAST_ELEMENTS = (1 << 20, 1 << 24, 1 << 28)
+"""FP8-to-bf16 casts (PyTorch's copy, as sglang casts an FP8 MLA cache for its bf16 kernels)."""
 LAUNCHES = 100
 REPLAYS = 20
 
@@ -199,6 +202,10 @@ def _cases(torch, k: dict) -> list[tuple[str, dict, object]]:
             ("rope", dict(tokens=t, width=HEADS_TP8, bytes=t * (HEADS_TP8 + 1) * ROPE_DIM * 2 * 2), rope(t, HEADS_TP8)),
             ("cache_write", dict(tokens=t, width=CACHE_ROW, bytes=t * CACHE_ROW * 2 * 2), cache_write(t, CACHE_ROW)),
         ]
+    for n in CAST_ELEMENTS:
+        src = torch.randn(n, device=dev, dtype=bf16).to(torch.float8_e4m3fn)
+        dst = torch.empty(n, device=dev, dtype=bf16)
+        cases.append(("fp8_cast", dict(tokens=0, elements=n, bytes=n * 3), (lambda src=src, dst=dst: dst.copy_(src))))
     for m, n, kk in GEMMS:
         a, b = torch.randn(m, kk, device=dev, dtype=bf16), torch.randn(kk, n, device=dev, dtype=bf16)
         out = torch.empty(m, n, device=dev, dtype=bf16)
@@ -369,6 +376,8 @@ def compare(path: Path) -> None:
     stream = device.hbm_bandwidth_bytes_per_s * eff.memory
 
     def analytic(row: dict) -> float:
+        if row["name"] == "fp8_cast" and eff.fp8_cast_s_per_element:
+            return row["elements"] * eff.fp8_cast_s_per_element + eff.kernel_fixed_s
         return row["bytes"] / stream + eff.kernel_fixed_s
 
     table = Table(title=f"Pointwise kernels in a CUDA graph on {data['device']} ({data['sm_count']} SMs; torch "
@@ -378,14 +387,14 @@ def compare(path: Path) -> None:
     for row in data["kernels"]:
         if row["name"] == "noop":
             continue
-        width = row.get("width", f"{row.get('n')}x{row.get('k')}")
+        width = row.get("width") or (f"{row['n']}x{row['k']}" if "n" in row else f"{row['elements']:,}")
         price = analytic(row)
         table.add_row(row["name"], str(row["tokens"]), str(width), f"{row['bytes']:,}", f"{row['seconds'] * 1e6:.2f}",
                       f"{price * 1e6:.2f}", f"{price / row['seconds'] - 1:+.0%}")
     Console(width=160).print(table)
 
     noop = next(r["seconds"] for r in data["kernels"] if r["name"] == "noop")
-    pointwise = [r for r in data["kernels"] if r["name"] not in ("noop", "cublas_gemm")]
+    pointwise = [r for r in data["kernels"] if r["name"] not in ("noop", "cublas_gemm", "fp8_cast")]
     small = [r["seconds"] - r["bytes"] / stream for r in pointwise if r["bytes"] <= 2**18]
     gemms = [r["seconds"] for r in data["kernels"] if r["name"] == "cublas_gemm"]
     tabled = _table_gemms(device)
@@ -401,6 +410,13 @@ def compare(path: Path) -> None:
         shares = [r["bytes"] / (r["seconds"] - eff.kernel_fixed_s) / device.hbm_bandwidth_bytes_per_s for r in big]
         print(f"pointwise kernels moving >= 128 MiB: {statistics.median(shares):.3f} of HBM peak (median over "
               f"{len(big)}; infercast streams at {eff.memory:.3f})")
+    casts = [r for r in data["kernels"] if r["name"] == "fp8_cast"]
+    if casts:
+        largest = max(casts, key=lambda r: r["elements"])
+        per_element = largest["seconds"] / largest["elements"]
+        print(f"FP8-to-bf16 cast of {largest['elements']:,} elements: {per_element * 1e12:.3f} ps an element "
+              f"({3 / per_element / 1e12:.2f} TB/s read and written); infercast's fp8_cast_s_per_element for {name}: "
+              + (f"{eff.fp8_cast_s_per_element * 1e12:.3f} ps" if eff.fp8_cast_s_per_element else "none"))
     for row in data.get("layer_chain", []):
         print(f"a Kimi-K2.5 layer's 7 pointwise kernels at {row['tokens']} tokens: {row['seconds_per_layer'] * 1e6:.2f} "
               f"us in sequence ({row['seconds_alone'] * 1e6:.2f} us timed one by one); infercast prices them at "

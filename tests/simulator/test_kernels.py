@@ -698,7 +698,7 @@ def test_the_cache_write_is_inside_the_attention_rows_where_the_engines_attentio
 def test_an_operator_no_table_can_answer_says_why() -> None:
     """A cross-node all-reduce (TP16 over two 8-GPU nodes) has a table kind but no table: the
     row says the tables cover one node, not that the operator has no table kind."""
-    from infercast.costmodel import UNCOVERED
+    from infercast.costmodel import NO_TABLE_KIND, UNCOVERED
     from infercast.simulate import UserInput, simulate
 
     result = simulate(UserInput(model="deepseek-v3", device="H200", num_devices=16, tp_size=16, decode=True,
@@ -706,7 +706,7 @@ def test_an_operator_no_table_can_answer_says_why() -> None:
     all_reduce = next(op for op in result.ops if op.name.startswith("all_reduce (layers"))
     assert all_reduce.source == "analytic" and all_reduce.origin.startswith(UNCOVERED["infercast::all_reduce"])
     add = next(op for op in result.ops if op.name.startswith("add "))
-    assert add.origin == "no table kind"
+    assert add.origin == NO_TABLE_KIND
 
 
 def test_a_moe_shape_measured_only_with_skewed_routing_says_so_and_names_the_flag_that_reads_it() -> None:

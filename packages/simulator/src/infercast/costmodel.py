@@ -226,6 +226,8 @@ UNCOVERED = {
     "infercast::all_to_all": "not whole nodes of the device's scale-up domain, which the DeepEP tables time",
 }
 """Why an operator of a table kind found no table to ask (its query builder returned None)."""
+NO_TABLE_KIND = "no kernel table times this operator"
+"""Why an operator no table kind covers (norms, RoPE, activations, adds, copies) is analytic."""
 
 
 def _why_analytic(record: OpRecord, query: Query | None, model: CostModel) -> str:
@@ -243,7 +245,7 @@ def _why_analytic(record: OpRecord, query: Query | None, model: CostModel) -> st
             return (f"the moe tables time this expert shape with {' and '.join(other)} routing only, not "
                     f"{record['distribution']}" + (f" (--expert-imbalance {flag} reads them)" if flag else ""))
     if query is None:
-        return UNCOVERED.get(record.name, "no table kind")
+        return UNCOVERED.get(record.name, NO_TABLE_KIND)
     if query.kind == "gemm" and query.key[0] in EAGER_TIMED_GEMMS.get(model.engine.tables, ()):
         return f"{model.engine.name}'s {query.key[0]} GEMM table was timed eagerly, host launches included: left out"
     return f"no {query.kind} table for {'/'.join(str(k) for k in query.key)}"

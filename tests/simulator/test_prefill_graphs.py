@@ -35,6 +35,19 @@ def test_sglang_captures_prefill_by_default_from_0_5_10(version: str, captured: 
     assert (eager_layer_launches > 2.0) is not captured
 
 
+@pytest.mark.parametrize(("engine", "version", "tokens", "warned"),
+                         [("sglang", "0.5.9", 64, True), ("sglang", "0.5.14", 64, False),
+                          ("sglang", "0.5.9", 8192, False), ("vllm", None, 64, False)])
+def test_a_host_bound_eager_sglang_prefill_warns_that_measured_ttfts_ran_higher(engine: str, version: str | None,
+                                                                                tokens: int, warned: bool) -> None:
+    """sglang servers measured more TTFT than simulated where their eager prefill is host-bound:
+    said with such a prefill, not under piecewise graphs, not where the GPU hides the launches,
+    and not for an engine with no such gap known."""
+    result = simulate(UserInput(**LLAMA, query_length=tokens, engine=engine, engine_version=version))
+    assert (_launch_row(result) > 0 and not result.cost_model["piecewise"]) is warned
+    assert any(note.startswith("TTFT may run low here") for note in result.notes) is warned
+
+
 @pytest.mark.parametrize(("version", "captured"), [("0.5.6", False), ("0.5.14", True)])
 def test_a_version_sets_its_defaults_under_the_analytic_cost_model_too(version: str, captured: bool) -> None:
     result = simulate(UserInput(**LLAMA, query_length=64, cost_model="analytic", engine_version=version))

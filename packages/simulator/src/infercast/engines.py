@@ -468,6 +468,9 @@ class Engine:
     static_memory: StaticMemory | None = None
     """How the engine sizes its share of each device by default (None: a fixed share, taken as
     :data:`~infercast.memory.DEFAULT_MEMORY_FRACTION`)."""
+    eager_prefill_gap: str | None = None
+    """What published runs measured beyond the simulator where this engine's eager prefill is
+    host-bound, printed with such a prefill (None: no such gap known)."""
     slow_tokenizer: SlowTokenizerCall | None = None
     """How the request path calls a slow tokenizer class (None: not known, taken as
     ``tokenizer(text)``)."""
@@ -546,6 +549,12 @@ SGLANG_EAGER = HostCost(
     "sglang launching eagerly: a 1-token DeepSeek-V3 prefill forward took 82.6 ms eager vs 23.1 ms under a CUDA "
     "graph (sglang PR #12160 log, 'forward cost'); host-bound, so the launch time at which infercast's eager "
     "forward of that batch (1,753 kernels) takes 82.6 ms: 47.1 us per kernel (benchmarks/derive_engine_constants.py)",
+)
+SGLANG_EAGER_PREFILL_GAP = (
+    "sglang servers whose prefill launched eagerly and host-bound measured 15-190 ms more client TTFT at "
+    "600-1,000-token prompts than infercast gives them (sgl-cookbook's DeepSeek-R1, Qwen3-235B and "
+    "Llama-3.1-70B pages, InferenceX's DeepSeek-R1 runs on H200, M1's Kimi-K2.5), less at long prompts; "
+    "the cause is not found: docs/fidelity.md, \"M1's TTFT: what is known\""
 )
 TORCH_EAGER = HostCost(
     8e-6,
@@ -638,6 +647,7 @@ register(Engine(
                  "fp8": ("triton",), "mxfp4_w4a16": ("triton", "marlin")},
     custom_all_reduce=True, decode_graph_max_batch=256, prefill_graphs=SGLANG_PIECEWISE,
     eager_launch=SGLANG_EAGER, step=SGLANG_STEP, request=SGLANG_REQUEST, all_reduce_fusion=SGLANG_ALL_REDUCE_FUSION,
+    eager_prefill_gap=SGLANG_EAGER_PREFILL_GAP,
     # speculative decoding runs without the overlap scheduler unless SGLANG_ENABLE_SPEC_V2 is set
     # (sglang docs, advanced_features/speculative_decoding.md: "SpecV2 ... overlap scheduler (experimental)")
     spec_overlap=False,

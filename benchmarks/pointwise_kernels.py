@@ -12,6 +12,7 @@ divided by the launches. Beside them it times:
   tables' time a kernel alike;
 - Kimi-K2.5's bf16 decode projections at TP8, with one weight reused and with a different
   weight each launch, as consecutive layers read them;
+- a layer's pointwise kernels after a write that evicts the L2, as a layer's GEMMs do;
 - a layer's pointwise kernels with two pairs of them forked onto a second stream, as sglang's
   decode graphs fork the query and latent norms and the shared experts.
 
@@ -180,7 +181,9 @@ def _cases(torch, k: dict) -> list[tuple[str, dict, object]]:
     def rope(t: int, heads: int):
         q, kk = (torch.randn(t, heads, ROPE_DIM, device=dev, dtype=bf16),
                  torch.randn(t, ROPE_DIM, device=dev, dtype=bf16))
-        cos_sin = torch.randn(8192, ROPE_DIM, device=dev, dtype=torch.float32)
+        angles = torch.outer(torch.arange(8192, device=dev, dtype=torch.float32),
+                             torch.rand(ROPE_DIM // 2, device=dev))
+        cos_sin = torch.cat([angles.cos(), angles.sin()], dim=-1)  # a rotation: launches keep q, k finite
         pos = torch.arange(t, device=dev, dtype=torch.int64) % 8192
         return lambda: k["rope"][(t,)](q, kk, cos_sin, pos, heads, HALF=ROPE_DIM // 2,
                                        HEADS=triton.next_power_of_2(heads))
@@ -199,7 +202,8 @@ def _cases(torch, k: dict) -> list[tuple[str, dict, object]]:
             ("silu_and_mul", dict(tokens=t, width=SHARED_TP8, bytes=t * SHARED_TP8 * 2 * 3), silu(t, SHARED_TP8)),
             ("silu_and_mul", dict(tokens=t, width=DENSE_TP8, bytes=t * DENSE_TP8 * 2 * 3), silu(t, DENSE_TP8)),
             ("add", dict(tokens=t, width=HIDDEN, bytes=t * HIDDEN * 2 * 3), add(t, HIDDEN)),
-            ("rope", dict(tokens=t, width=HEADS_TP8, bytes=t * (HEADS_TP8 + 1) * ROPE_DIM * 2 * 2), rope(t, HEADS_TP8)),
+            ("rope", dict(tokens=t, width=HEADS_TP8, bytes=t * ((HEADS_TP8 + 1) * ROPE_DIM * 2 * 2 + ROPE_DIM * 4)),
+             rope(t, HEADS_TP8)),
             ("cache_write", dict(tokens=t, width=CACHE_ROW, bytes=t * CACHE_ROW * 2 * 2), cache_write(t, CACHE_ROW)),
         ]
     for n in CAST_ELEMENTS:
@@ -295,6 +299,27 @@ def _decode_gemms(torch) -> list[dict]:
     return rows
 
 
+FLUSH_BYTES = 256 << 20
+"""What a layer's GEMMs read between its pointwise kernels, in effect: several times the L2."""
+
+
+def _cold_chain(torch, k: dict, tokens: int) -> dict:
+    """:data:`CHAIN` after a write of :data:`FLUSH_BYTES` that evicts the L2, as a layer's GEMMs
+    do in a real step (the norm weights and the RoPE table then come from HBM), against the
+    write alone: seconds per layer, 20 layers a graph."""
+    launches = _chain_launches(torch, k, tokens)
+    scratch = torch.empty(FLUSH_BYTES // 2, device="cuda", dtype=torch.bfloat16)
+
+    def flush_and_chain():
+        scratch.zero_()
+        for key in CHAIN:
+            launches[key]()
+
+    flushed = _graph_time(torch, flush_and_chain, launches=20)
+    flush = _graph_time(torch, scratch.zero_, launches=20)
+    return dict(tokens=tokens, seconds_per_layer=flushed - flush, flush_seconds=flush)
+
+
 def _two_streams(torch, k: dict, tokens: int = 1) -> dict:
     """sglang's decode under CUDA graphs forks a second stream twice a layer (the query and
     latent norms side by side; the routed experts beside the shared ones). :data:`CHAIN` with
@@ -347,6 +372,10 @@ def measure(out: Path) -> None:
     for row in result["layer_chain"]:
         print(f"layer chain at {row['tokens']} tokens: {row['seconds_per_layer'] * 1e6:.2f} us for "
               f"{row['kernels']} kernels in sequence; {row['seconds_alone'] * 1e6:.2f} us timed one by one")
+    result["cold_chain"] = [_cold_chain(torch, k, t) for t in (1, 16, 256)]
+    for row in result["cold_chain"]:
+        print(f"layer chain at {row['tokens']} tokens after evicting the L2: {row['seconds_per_layer'] * 1e6:.2f} us "
+              f"(the eviction alone {row['flush_seconds'] * 1e6:.1f} us)")
     result["two_streams"] = [_two_streams(torch, k, t) for t in (1, 64)]
     for row in result["two_streams"]:
         print(f"layer chain at {row['tokens']} tokens: {row['one_stream'] * 1e6:.2f} us on one stream, "
@@ -396,20 +425,27 @@ def compare(path: Path) -> None:
     noop = next(r["seconds"] for r in data["kernels"] if r["name"] == "noop")
     pointwise = [r for r in data["kernels"] if r["name"] not in ("noop", "cublas_gemm", "fp8_cast")]
     small = [r["seconds"] - r["bytes"] / stream for r in pointwise if r["bytes"] <= 2**18]
-    gemms = [r["seconds"] for r in data["kernels"] if r["name"] == "cublas_gemm"]
+    fixed = statistics.median(small)
+    gemms = [r for r in data["kernels"] if r["name"] == "cublas_gemm"]
     tabled = _table_gemms(device)
     big = [r for r in pointwise if r["bytes"] >= 2**27]  # twice the L2 and more: streamed from HBM
     print(f"empty kernel: {noop * 1e6:.2f} us a launch")
-    print(f"pointwise kernels moving <= 256 KiB: fixed time median {statistics.median(small) * 1e6:.2f} us "
+    print(f"pointwise kernels moving <= 256 KiB: fixed time median {fixed * 1e6:.2f} us "
           f"(range {min(small) * 1e6:.2f}-{max(small) * 1e6:.2f}) over {len(small)} kernels, beyond streaming at "
           f"{eff.memory:.3f} of HBM; infercast's kernel_fixed_s for {name}: {eff.kernel_fixed_s * 1e6:.2f} us")
-    print(f"one-row cuBLAS GEMMs: median {statistics.median(gemms) * 1e6:.2f} us (range {min(gemms) * 1e6:.2f}-"
-          f"{max(gemms) * 1e6:.2f}); " + (f"the same shapes in {tabled[0]}: median "
-                                          f"{statistics.median(tabled[1]) * 1e6:.2f} us" if tabled else "no table"))
+    times = [r["seconds"] for r in gemms]
+    print(f"one-row cuBLAS GEMMs: median {statistics.median(times) * 1e6:.2f} us (range {min(times) * 1e6:.2f}-"
+          f"{max(times) * 1e6:.2f})")
+    if tabled:
+        gaps = [tabled[1][(r["tokens"], r["n"], r["k"])] - r["seconds"] for r in gemms
+                if (r["tokens"], r["n"], r["k"]) in tabled[1]]
+        print(f"  the same shapes in {tabled[0]}: {statistics.median(gaps) * 1e6:.2f} us longer shape by shape "
+              f"(median; {min(gaps) * 1e6:.2f} to {max(gaps) * 1e6:.2f})")
     if big:
-        shares = [r["bytes"] / (r["seconds"] - eff.kernel_fixed_s) / device.hbm_bandwidth_bytes_per_s for r in big]
-        print(f"pointwise kernels moving >= 128 MiB: {statistics.median(shares):.3f} of HBM peak (median over "
-              f"{len(big)}; infercast streams at {eff.memory:.3f})")
+        shares = ", ".join(f"{r['name']} {r['bytes'] / (r['seconds'] - fixed) / device.hbm_bandwidth_bytes_per_s:.2f}"
+                           for r in big)
+        print(f"pointwise kernels moving >= 128 MiB, beyond the fixed time: {shares} of HBM peak (infercast "
+              f"streams at {eff.memory:.3f})")
     casts = [r for r in data["kernels"] if r["name"] == "fp8_cast"]
     if casts:
         largest = max(casts, key=lambda r: r["elements"])
@@ -417,10 +453,18 @@ def compare(path: Path) -> None:
         print(f"FP8-to-bf16 cast of {largest['elements']:,} elements: {per_element * 1e12:.3f} ps an element "
               f"({3 / per_element / 1e12:.2f} TB/s read and written); infercast's fp8_cast_s_per_element for {name}: "
               + (f"{eff.fp8_cast_s_per_element * 1e12:.3f} ps" if eff.fp8_cast_s_per_element else "none"))
+    by_key = {(r["name"], r.get("width"), r["tokens"]): r for r in pointwise}
+
+    def chain_price(tokens: int) -> float:
+        return sum(analytic(by_key[(name, width, tokens)]) for name, width in CHAIN)
+
     for row in data.get("layer_chain", []):
-        print(f"a Kimi-K2.5 layer's 7 pointwise kernels at {row['tokens']} tokens: {row['seconds_per_layer'] * 1e6:.2f} "
-              f"us in sequence ({row['seconds_alone'] * 1e6:.2f} us timed one by one); infercast prices them at "
-              f"{7 * eff.kernel_fixed_s * 1e6:.2f} us and more")
+        print(f"a Kimi-K2.5 layer's {len(CHAIN)} pointwise kernels at {row['tokens']} tokens: "
+              f"{row['seconds_per_layer'] * 1e6:.2f} us in sequence ({row['seconds_alone'] * 1e6:.2f} us timed one by "
+              f"one); infercast prices them at {chain_price(row['tokens']) * 1e6:.2f} us")
+    for row in data.get("cold_chain", []):
+        print(f"the same at {row['tokens']} tokens after evicting the L2, as a layer's GEMMs do: "
+              f"{row['seconds_per_layer'] * 1e6:.2f} us")
     for row in data.get("two_streams", []):
         print(f"the same at {row['tokens']} tokens with two forks to a second stream: {row['two_streams'] * 1e6:.2f} us "
               f"({row['one_stream'] * 1e6:.2f} us on one stream)")
@@ -451,9 +495,9 @@ def _compare_gemms(rows: list[dict], device) -> None:
     Console(width=160).print(table)
 
 
-def _table_gemms(device) -> tuple[str, list[float]] | None:
+def _table_gemms(device) -> tuple[str, dict] | None:
     """aiconfigurator-core's times of :data:`GEMMS` in bf16 on ``device`` (its newest sglang
-    tables): the check that this harness times a kernel as the tables do."""
+    tables), by (m, n, k): the check that this harness times a kernel as the tables do."""
     from infercast.kernels import aiconfigurator as aic
 
     system = device.kernel_tables
@@ -462,7 +506,7 @@ def _table_gemms(device) -> tuple[str, list[float]] | None:
         return None
     grid = aic.load("gemm", system, "sglang", version).grid(("bf16",))
     times = dict(grid.points()) if grid is not None else {}
-    found = [times[shape] * 1e-6 for shape in GEMMS if shape in times]
+    found = {shape: times[shape] * 1e-6 for shape in GEMMS if shape in times}
     return (f"{system} sglang {version}", found) if found else None
 
 

@@ -35,17 +35,22 @@ def test_sglang_captures_prefill_by_default_from_0_5_10(version: str, captured: 
     assert (eager_layer_launches > 2.0) is not captured
 
 
-@pytest.mark.parametrize(("engine", "version", "tokens", "warned"),
-                         [("sglang", "0.5.9", 64, True), ("sglang", "0.5.14", 64, False),
-                          ("sglang", "0.5.9", 8192, False), ("vllm", None, 64, False)])
-def test_a_host_bound_eager_sglang_prefill_warns_that_measured_ttfts_ran_higher(engine: str, version: str | None,
-                                                                                tokens: int, warned: bool) -> None:
-    """sglang servers measured more TTFT than simulated where their eager prefill is host-bound:
-    said with such a prefill, not under piecewise graphs, not where the GPU hides the launches,
-    and not for an engine with no such gap known."""
+@pytest.mark.parametrize(("engine", "version", "tokens", "eager", "warned"),
+                         [("sglang", "0.5.9", 64, True, True), ("sglang", "0.5.9", 8192, True, True),
+                          ("sglang", "0.5.14", 64, False, False), ("trtllm", None, 64, True, False)])
+def test_an_eager_sglang_prefill_warns_that_measured_ttfts_ran_higher(engine: str, version: str | None, tokens: int,
+                                                                      eager: bool, warned: bool) -> None:
+    """sglang servers measured more TTFT than simulated where they launched prefill eagerly: said
+    with such a prefill at any length, not under piecewise graphs, and not for an engine (here
+    TensorRT-LLM, also eager) with no such gap known."""
     result = simulate(UserInput(**LLAMA, query_length=tokens, engine=engine, engine_version=version))
-    assert (_launch_row(result) > 0 and not result.cost_model["piecewise"]) is warned
+    assert (not result.cost_model["cuda_graph"]) is eager
     assert any(note.startswith("TTFT may run low here") for note in result.notes) is warned
+
+
+def test_a_decode_step_does_not_warn_about_ttft() -> None:
+    result = simulate(UserInput(**LLAMA, decode=True, num_queries=512, engine_version="0.5.9"))
+    assert not any(note.startswith("TTFT may run low here") for note in result.notes)
 
 
 @pytest.mark.parametrize(("version", "captured"), [("0.5.6", False), ("0.5.14", True)])

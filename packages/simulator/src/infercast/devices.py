@@ -124,7 +124,7 @@ class Efficiency:
     kernel_fixed_s: float
     """Time a kernel costs on top of its roofline time (launch ramp-up and tail): what a kernel
     that moves almost nothing takes under a CUDA graph. Pointwise kernels (norms, RoPE,
-    activations) pay it too, though they take less (1.25 us on an H200, 1.35 on an H100,
+    activations) pay it too, though they take less (1.26 us on an H200, 1.35 on an H100,
     ``benchmarks/pointwise_kernels.py``): docs/fidelity.md, "Measured on an H200 and an H100",
     says why."""
     link: float

@@ -469,8 +469,8 @@ class Engine:
     """How the engine sizes its share of each device by default (None: a fixed share, taken as
     :data:`~infercast.memory.DEFAULT_MEMORY_FRACTION`)."""
     eager_prefill_gap: str | None = None
-    """What published runs measured beyond the simulator where this engine's eager prefill is
-    host-bound, printed with such a prefill (None: no such gap known)."""
+    """What published runs measured beyond the simulator where this engine launched prefill
+    eagerly, printed with such a prefill (None: no such gap known)."""
     slow_tokenizer: SlowTokenizerCall | None = None
     """How the request path calls a slow tokenizer class (None: not known, taken as
     ``tokenizer(text)``)."""
@@ -551,10 +551,10 @@ SGLANG_EAGER = HostCost(
     "forward of that batch (1,753 kernels) takes 82.6 ms: 47.1 us per kernel (benchmarks/derive_engine_constants.py)",
 )
 SGLANG_EAGER_PREFILL_GAP = (
-    "sglang servers whose prefill launched eagerly and host-bound measured 15-190 ms more client TTFT at "
-    "600-1,000-token prompts than infercast gives them (sgl-cookbook's DeepSeek-R1, Qwen3-235B and "
-    "Llama-3.1-70B pages, InferenceX's DeepSeek-R1 runs on H200, M1's Kimi-K2.5), less at long prompts; "
-    "the cause is not found: docs/fidelity.md, \"M1's TTFT: what is known\""
+    "sglang servers whose prefill launched eagerly measured more client TTFT than infercast gives them: "
+    "15-190 ms more at 600-1,000-token prompts (sgl-cookbook's DeepSeek-R1, Qwen3-235B and Llama-3.1-70B pages, "
+    "InferenceX's DeepSeek-R1 runs on H200, M1's Kimi-K2.5), and from 44 ms less to about 200 ms more at "
+    "4,000-8,000 tokens; the cause is not found: docs/fidelity.md, \"M1's TTFT: what is known\""
 )
 TORCH_EAGER = HostCost(
     8e-6,

@@ -40,7 +40,6 @@ from infercast.quant import plan_from_action, plan_from_checkpoint
 from infercast.request import DEFAULT_DECODE_CONTEXT, DEFAULT_DEVICE, UserInput, check
 from infercast.serving import default_chunk
 from infercast.results import OpRow, SimResult
-from infercast.step import EAGER_HOST_ROW
 from infercast.trace import trace
 from infercast.validate import check_config
 
@@ -147,8 +146,7 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
         elif ctx.tokens > ctx.prefill_graph_tokens:
             result.notes.append(f"prefill launched eagerly: {ctx.tokens} tokens per rank, above the "
                                 f"{ctx.prefill_graph_tokens} that piecewise CUDA graphs capture")
-    if not decode and model.engine.eager_prefill_gap and any(
-            r.name.startswith(EAGER_HOST_ROW) and r.total_ms > 0 for r in result.ops):
+    if not decode and model.engine.eager_prefill_gap and not result.cost_model["cuda_graph"]:
         result.notes.append(f"TTFT may run low here: {model.engine.eager_prefill_gap}")
     if ctx.absorbs_prefix:
         result.notes.append(f"MLA prefill in the absorbed form: {model.engine.name} extends a batch with 1-"

@@ -141,10 +141,6 @@ def two_batch_overlap(micro: Priced_, whole: Priced_) -> float:
     return max(ready) + outside
 
 
-EAGER_HOST_ROW = "host: eager kernel launches not hidden by GPU time"
-"""The row of an eagerly launched step's host time that its GPU time does not hide."""
-
-
 def exposed_launch(priced: Priced_, launch_s: float, *, piecewise: bool = False) -> float:
     """Host launch time the GPU waits for, per decoder layer (and once for what runs outside
     the layers): max(0, launches x launch time - GPU time). Eagerly every kernel is a launch;
@@ -177,7 +173,7 @@ def step_time(priced: Priced_, model: CostModel, phase: Phase, *, micro: Priced_
         exposed = exposed_launch(priced, engine.eager_launch.seconds, piecewise=phase.piecewise)
         if exposed > 0:
             name = ("host: attention launches and graph replays not hidden by GPU time (piecewise CUDA graphs)"
-                    if phase.piecewise else EAGER_HOST_ROW)
+                    if phase.piecewise else "host: eager kernel launches not hidden by GPU time")
             host.append(HostRow(name, exposed, engine.eager_launch.source))
     between = model.host_step()
     if host_step and between.at(requests):

@@ -195,6 +195,12 @@ def bench_serving_prompts(input_len: int, num_prompts: int = 10, seed: int = 1) 
     return tuple(int(n) for n in np.random.RandomState(seed).randint(1, input_len + 1, size=num_prompts))
 
 
+def tokenizing_as_ran(engine, tokenizer: str, priced: str | None, ran: str, tokens: int) -> float:
+    """Seconds a prompt of ``tokens`` adds to a TTFT priced at ``engine`` version ``priced`` when
+    the version that measured, ``ran``, calls the model's ``tokenizer`` otherwise."""
+    return engine.request_cost(tokenizer, ran).at(tokens) - engine.request_cost(tokenizer, priced).at(tokens)
+
+
 def mean_ttft(user: UserInput, prompts: Sequence[int], *, warm_first: bool,
               ran: str | None = None) -> tuple[float, list[SimResult]]:
     """The mean client TTFT over ``prompts`` sent one at a time, each ``user``'s prefill at its
@@ -217,9 +223,8 @@ def mean_ttft(user: UserInput, prompts: Sequence[int], *, warm_first: bool,
         from infercast.engines import engine_named
 
         priced = result.cost_model
-        engine, tokenizer = engine_named(priced["engine"]), priced["tokenizer"]
-        as_ran = engine.request_cost(tokenizer, ran).at(tokens)
-        return result.ttft_ms + (as_ran - engine.request_cost(tokenizer, priced["engine_version"]).at(tokens)) * 1e3
+        return result.ttft_ms + tokenizing_as_ran(engine_named(priced["engine"]), priced["tokenizer"],
+                                                  priced["engine_version"], ran, tokens) * 1e3
 
     results = [prefill(1, n - 1) if i == 0 and warm_first else prefill(n, 0) for i, n in enumerate(prompts)]
     return statistics.fmean(ttft(r, n) for r, n in zip(results, prompts)), results

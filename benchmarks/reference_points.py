@@ -17,7 +17,7 @@ from typing import Callable
 from rich.console import Console
 from rich.table import Table
 
-from published_points import bench_serving_prompts, fusion_in, mean_ttft  # benchmarks/ is on the path here
+from published_points import bench_serving_prompts, fusion_in, mean_ttft, tokenizing_as_ran  # benchmarks/ is on the path here
 
 from infercast.simulate import SimResult, UserInput, simulate
 
@@ -240,9 +240,9 @@ def m1_loaded_rows():
                               serving=ServingOptions(concurrency=round(concurrency), lengths=UNIFORM_1K))
         planner = Planner(request)
         tp8 = tp_config(planner, 8)
-        costs, tokens = planner.costs, round(UNIFORM_1K.mean_input)
-        as_ran = (costs.engine.request_cost(planner.profile.tokenizer, M1_VERSION).at(tokens)
-                  - costs.request_cost(planner.profile.tokenizer).at(tokens))
+        costs = planner.costs
+        as_ran = tokenizing_as_ran(costs.engine, planner.profile.tokenizer, costs.engine_version, M1_VERSION,
+                                   round(UNIFORM_1K.mean_input))
         rows.append((concurrency, measured, tp8.tpot_ms, tp8.serving["ttft_mean_ms"] + as_ran * 1e3,
                      tp8.tokens_per_s_per_device * tp8.layout.num_devices))
     return rows

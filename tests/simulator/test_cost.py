@@ -12,7 +12,8 @@ import torch
 from infercast import analytic
 from infercast.cost import OpCost, attended_pairs, cost_of, register_cost
 from infercast.devices import BUILTIN_DEVICES
-from infercast.routing import expected_active_experts, expected_destination_nodes, popularity, straggler
+from infercast.routing import (EXACT_PICKS, busiest_rank, expected_active_experts, expected_destination_nodes,
+                               popularity, straggler)
 from infercast.trace import OpRecord, TensorSpec
 
 DEVICES = {d.name: d for d in BUILTIN_DEVICES}
@@ -198,6 +199,58 @@ def test_power_law_popularity_is_capped_and_the_busiest_rank_carries_more() -> N
     assert straggler("balanced", 256, 8, 64) == 1.0
     assert straggler("power-law-1.2", 256, 8, 64) >= straggler("power-law-1.01", 256, 8, 64) > 1.0
     assert straggler("power-law-1.2", 256, 2, 8) > straggler("power-law-1.01", 256, 2, 8) > 1.0  # uncapped
+
+
+def test_the_busiest_rank_by_hand_for_one_token_on_two_ranks() -> None:
+    # 8 experts on 2 ranks, top-2: rank 0 gets 0, 1 or 2 picks with C(4, c) C(4, 2 - c) / C(8, 2),
+    # 6/28, 16/28, 6/28; with the ranks taken as independent, E[max] = sum over m of
+    # 1 - P(X <= m)^2 = (1 - (6/28)^2) + (1 - (22/28)^2), over a mean of one pick a rank
+    assert busiest_rank(1, 8, 2, 2) == pytest.approx(2 - (6 / 28) ** 2 - (22 / 28) ** 2)
+    # the true joint law puts both picks on one rank with probability 12/28: E[max] = 40/28, so
+    # the independent ranks come out low
+    assert busiest_rank(1, 8, 2, 2) < 40 / 28
+    assert busiest_rank(1, 8, 2, 1) == busiest_rank(0, 8, 2, 2) == 1.0
+
+
+def _busiest_rank_sampled(tokens: int, experts: int, top_k: int, ep: int, n_group: int | None = None,
+                          topk_group: int | None = None, trials: int = 4000) -> float:
+    """The busiest rank's rows over the mean, by drawing the routing: each token picks
+    ``topk_group`` groups, then ``top_k`` experts among theirs, uniformly."""
+    gen = torch.Generator().manual_seed(0)
+    keys = torch.rand(trials, tokens, experts, generator=gen)
+    if n_group:
+        group_keys = torch.rand(trials, tokens, n_group, generator=gen)
+        chosen = torch.zeros(trials, tokens, n_group, dtype=torch.bool)
+        chosen.scatter_(-1, group_keys.topk(topk_group, dim=-1).indices, True)
+        keys = keys - 2.0 * (~chosen).repeat_interleave(experts // n_group, dim=-1)
+    picks = keys.topk(top_k, dim=-1).indices // (experts // ep)
+    rows = torch.nn.functional.one_hot(picks, ep).sum(dim=(1, 2))
+    return rows.max(dim=-1).values.double().mean().item() / (tokens * top_k / ep)
+
+
+@pytest.mark.parametrize("tokens, experts, top_k, ep, groups, low", [
+    (1, 256, 8, 8, (8, 4), 0.12),  # DeepSeek-V3, one token: its 8 picks on 4 ranks
+    (1, 256, 8, 8, (None, None), 0.08),
+    (16, 256, 8, 8, (8, 4), 0.04),
+    (8, 384, 8, 8, (None, None), 0.04),  # Kimi-K2.5
+    (32, 256, 8, 16, (8, 4), 0.03),  # groups spanning two ranks each
+])
+def test_the_busiest_rank_comes_near_the_sampled_routing_and_never_above_it(tokens, experts, top_k, ep, groups,
+                                                                          low) -> None:
+    sampled = _busiest_rank_sampled(tokens, experts, top_k, ep, *groups)
+    priced = busiest_rank(tokens, experts, top_k, ep, *groups)
+    assert sampled * (1 - low) <= priced <= sampled * 1.01
+
+
+def test_the_busiest_rank_evens_out_as_tokens_grow_and_its_two_sums_meet() -> None:
+    loads = [busiest_rank(t, 256, 8, 8, 8, 4) for t in (1, 4, 16, 64, 1024, 65536)]
+    assert loads == sorted(loads, reverse=True) and loads[0] > 3 and 1.0 < loads[-1] < 1.02
+    # group-limited routing piles a token's picks onto fewer ranks than unlimited routing does
+    assert busiest_rank(1, 256, 8, 8, 8, 4) > busiest_rank(1, 256, 8, 8)
+    # the exact sum up to EXACT_PICKS picks, a normal law past it: the two agree where they meet
+    last_exact = EXACT_PICKS // 8
+    assert busiest_rank(last_exact + 1, 256, 8, 8, 8, 4) == pytest.approx(busiest_rank(last_exact, 256, 8, 8, 8, 4),
+                                                                         rel=0.02)
 
 
 def test_deepep_destination_nodes_by_hand() -> None:

@@ -482,6 +482,8 @@ def _moe_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -
     local = record["local_experts"]
     ep = experts / local
     tokens = record["routed_rows"] / local * experts / top_k
+    if record["distribution"] == "balanced":  # the tables spread tokens evenly: ask for the busiest rank's load
+        tokens *= record["straggler"]
     device = model.device
     w = DTYPE_BYTES.get(dtype, 2.0)
 

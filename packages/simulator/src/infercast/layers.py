@@ -518,7 +518,12 @@ class SimMoE(SimModule):
         rows = group_tokens * s.top_k * self.local_experts / slots
         imbalance = ctx.expert_imbalance
         active = routing.expected_active_experts(s.num_experts, s.top_k, group_tokens, self.local_experts, imbalance)
-        straggler = routing.straggler(imbalance, s.num_experts, s.top_k, p.ep)
+        # every rank waits for the busiest: uneven random picks (most at a few tokens) or a lasting skew
+        groups = (s.n_group, s.topk_group) if slots == s.num_experts else (None, None)  # redundant slots: groups split
+        chance = routing.busiest_rank(group_tokens, slots, s.top_k, p.ep, *groups) if p.ep > 1 else 1.0
+        straggler = max(chance, routing.straggler(imbalance, s.num_experts, s.top_k, p.ep))
+        if imbalance == "balanced" and chance > 1.0:  # the busiest rank's rows touch more of its experts
+            active = max(active, self.local_experts * (1.0 - (1.0 - 1.0 / self.local_experts) ** (rows * chance)))
         scheme = ctx.quant.routed_experts
         received = math.ceil(rows * straggler)
         if dispatch == "all_to_all":

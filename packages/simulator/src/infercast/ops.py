@@ -278,8 +278,9 @@ def fused_moe(
 
     ``num_tokens``: tokens before routing that the expert group sees (summed over DP ranks);
     ``routed_rows``: expected (token, expert) rows this rank computes under balanced routing;
-    ``active_experts``: expected local experts touched; ``straggler``: the busiest rank's load
-    over the mean under ``distribution`` (1 for balanced routing); ``dispatch``: how the tokens
+    ``active_experts``: expected local experts touched (on the busiest rank, under balanced
+    routing); ``straggler``: the busiest rank's load over the mean (uneven random picks under
+    expert parallelism, or the skew of ``distribution``; 1 at EP 1); ``dispatch``: how the tokens
     reach the experts (:attr:`~infercast.layers.SimContext.moe_dispatch`)."""
     raise NotImplementedError
 

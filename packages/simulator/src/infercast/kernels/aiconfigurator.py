@@ -231,9 +231,9 @@ def random_routing(found: Answer, table: KernelTable, key: tuple, coords: tuple,
     table's at T less what the table pays between the token count that touches as many experts
     as random routing does and min(T, ceil(E/k)), with those tokens' rows given back at the
     rate the table adds rows once every expert is read (its slope from E/k to 2E/k tokens), and
-    never more than the table's own. Kept as measured: EP > 1 (the collector's spread gives each
-    rank a different share of the tokens), slices with no EP-1 point (the answer is
-    extrapolated along EP) and DeepEP's kernels."""
+    never more than the table's own. Kept as measured: EP > 1 (there the query already asks for
+    the busiest rank's load, :func:`infercast.routing.busiest_rank`), slices with no EP-1 point
+    (the answer is extrapolated along EP) and DeepEP's kernels."""
     from infercast.routing import expected_active_experts
 
     _, kernel, distribution, top_k, experts, *_ = key

@@ -132,7 +132,8 @@ def test_a_compute_bound_marlin_moe_runs_its_real_rows_at_the_familys_own_share_
     generic = big.flops / (H20.peak("bf16") * H20.efficiency.gemm_efficiency("bf16", "bf16"))
     assert analytic.compute_seconds(big, H20) == pytest.approx(generic, rel=0.05)
     bf16 = int4_moe_cost(4096, experts=64, hidden=4096, inter=1024, top_k=8, dtype="bf16")
-    assert analytic.compute_seconds(bf16, H20, marlin) == pytest.approx(generic, rel=0.05)
+    padded = analytic.expected_row_tiles(512, 64) * 64 / 512  # routed rows: 8.5 tiles an expert, not 8
+    assert analytic.compute_seconds(bf16, H20, marlin) == pytest.approx(generic * padded, rel=0.05)
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -199,6 +200,25 @@ def test_power_law_popularity_is_capped_and_the_busiest_rank_carries_more() -> N
     assert straggler("balanced", 256, 8, 64) == 1.0
     assert straggler("power-law-1.2", 256, 8, 64) >= straggler("power-law-1.01", 256, 8, 64) > 1.0
     assert straggler("power-law-1.2", 256, 2, 8) > straggler("power-law-1.01", 256, 2, 8) > 1.0  # uncapped
+
+
+def test_routed_rows_pad_to_the_expected_tiles_of_a_poisson_count() -> None:
+    # at a mean of 64 rows an expert the zero-truncated law is the Poisson law itself (P(0) is
+    # e^-64): one tile, plus a second for every count above 64
+    above = sum(math.exp(x * math.log(64) - 64 - math.lgamma(x + 1)) for x in range(65, 400))
+    assert analytic.expected_row_tiles(64, 64) == pytest.approx(1 + above, rel=1e-6)
+    assert 0.45 < above < 0.49
+    means = (1, 8, 48, 64, 96, 128, 512, 800, 999, 1001, 4096)  # e^-800 underflows: summed in logs
+    tiles = [analytic.expected_row_tiles(m, 64) for m in means]
+    assert tiles == sorted(tiles) and tiles[:2] == [1.0, 1.0]
+    assert all(m / 64 <= t <= m / 64 + 1 for m, t in zip(means, tiles))
+    # past 1,000 rows the fraction of the last tile is taken as uniform: the two sides meet
+    assert analytic.expected_row_tiles(1001, 64) == pytest.approx(analytic.expected_row_tiles(999, 64), abs=0.05)
+    # a grouped GEMM of 16 experts at 64 rows each: exact rows fill one tile, routed rows 1.47
+    cost = OpCost(flops=2.0 * 16 * 64 * 4096 * 7168, compute_dtype="fp8", kind="gemm", kernel_dtype="fp8_block",
+                  gemm_mnk=(64, 4096, 7168), gemm_count=16, grouped=True)
+    routed = replace(cost, routed_rows=True)
+    assert analytic.compute_seconds(routed, H20) / analytic.compute_seconds(cost, H20) == pytest.approx(1 + above)
 
 
 def test_the_busiest_rank_by_hand_for_one_token_on_two_ranks() -> None:

@@ -9,8 +9,9 @@ A kernel's time is
   reaches a lower share of its peak than a bf16 one), flash attention its own figure;
 - ``pad``: tensor cores compute 64 rows and 8 columns at a time, so a GEMM with m rows and n
   columns costs ceil(m / 64) x 64 rows and ceil(n / 8) x 8 columns of compute (the small-m and
-  small-n penalties); a grouped GEMM pads each expert's rows; weight-only kernels (Marlin)
-  issue 16-row MMAs and pad to 16;
+  small-n penalties); a grouped GEMM pads each expert's rows (a fused MoE's rows are what
+  routing gives each expert, so it pays their expected tiles: :func:`expected_row_tiles`);
+  weight-only kernels (Marlin) issue 16-row MMAs and pad to 16;
 - ``wave_use``: a GEMM's 128 x 128 output tiles are spread over the SMs. Hopper-era libraries
   split a partial last wave over all SMs (CUTLASS stream-K, cuBLAS split-K), so only a GEMM
   with fewer MAC-loop iterations than SMs can keep busy (too few tiles x k / 128 steps) loses
@@ -78,6 +79,30 @@ def wave_use(m: int, n: int, k: int, count: float, sm_count: int | None) -> floa
     return min(1.0, steps / sm_count)
 
 
+def expected_row_tiles(mean_rows: float, tile: int) -> float:
+    """Expected ``tile``-row MMA tiles of one expert that routing gave a Poisson count of rows,
+    given at least one (a zero-truncated Poisson law with mean ``mean_rows``): tokens that pick
+    their experts at random leave some experts a tile's worth and others one row over, so a
+    grouped GEMM whose experts average 64 rows pays about 1.5 tiles an expert, not one."""
+    if mean_rows <= 1.0:
+        return 1.0
+    lam = mean_rows  # solve lam / (1 - exp(-lam)) = mean_rows by fixed point (converges from above)
+    for _ in range(100):
+        nxt = mean_rows * -math.expm1(-lam)
+        if abs(nxt - lam) < 1e-9 * mean_rows:
+            break
+        lam = nxt
+    if lam > 1000:  # the fractional tile is about uniform: half a tile on average
+        return mean_rows / tile + 0.5
+    spread = 12 * math.sqrt(lam)
+    total = mass = 0.0
+    for x in range(max(1, int(lam - spread)), int(lam + spread) + tile + 1):
+        p = math.exp(x * math.log(lam) - lam - math.lgamma(x + 1))  # in logs: e^-lam underflows past 745
+        total += math.ceil(x / tile) * p
+        mass += p
+    return total / mass
+
+
 def compute_seconds(cost: OpCost, device: DeviceSpec, stream: KernelStream | None = None) -> float:
     """The compute roof; a grouped GEMM of a kernel family with its own compute figure
     (``stream.grouped_compute``) runs its real rows at the share of the bf16 peak that figure
@@ -102,7 +127,8 @@ def compute_seconds(cost: OpCost, device: DeviceSpec, stream: KernelStream | Non
         m, n, k = cost.gemm_mnk
         if m > 0 and n > 0:
             rows = WEIGHT_ONLY_MMA_ROWS if cost.kernel_dtype in WEIGHT_ONLY else MMA_ROWS
-            pad = math.ceil(m / rows) * rows / m * math.ceil(n / MMA_COLS) * MMA_COLS / n
+            tiles = expected_row_tiles(m, rows) if cost.routed_rows else math.ceil(m / rows)
+            pad = tiles * rows / m * math.ceil(n / MMA_COLS) * MMA_COLS / n
             use = wave_use(m, n, k, cost.gemm_count, device.sm_count)
     return cost.flops * pad / (peak * efficiency * use)
 

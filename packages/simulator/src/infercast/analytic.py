@@ -240,14 +240,15 @@ def deepep_volume(*, tokens: float, bytes_per_token: float, top_k: int, num_expe
 
 
 def deepep_time(cost: OpCost, device: DeviceSpec, scale_up_domain: int) -> Timed:
-    """The slower of the two links carrying :func:`deepep_volume`, plus the collective floor
-    (and the scale-out latency when the group spans nodes)."""
+    """The slower of the two links carrying :func:`deepep_volume`, for the busiest rank (which
+    receives ``busiest`` times the mean in the dispatch and sends it back in the combine), plus
+    the collective floor (and the scale-out latency when the group spans nodes)."""
     a = cost.a2a
     volume = deepep_volume(tokens=a["tokens"], bytes_per_token=a["bytes_per_token"], top_k=a["top_k"],
                            num_experts=a["num_experts"], mode=a["mode"], ep=cost.group_size,
                            scale_up_domain=scale_up_domain, destinations=a["destinations"])
-    eff = device.efficiency
-    up = volume.scale_up_bytes / (device.scale_up_bandwidth_bytes_per_s * eff.link)
-    out = volume.scale_out_bytes / (device.scale_out_bandwidth_bytes_per_s * eff.scale_out)
+    eff, busiest = device.efficiency, a.get("busiest", 1.0)
+    up = volume.scale_up_bytes * busiest / (device.scale_up_bandwidth_bytes_per_s * eff.link)
+    out = volume.scale_out_bytes * busiest / (device.scale_out_bandwidth_bytes_per_s * eff.scale_out)
     latency = eff.collective_floor_s + (device.scale_out_latency_s if cost.group_size > scale_up_domain else 0.0)
     return Timed(latency + max(up, out), "communication")

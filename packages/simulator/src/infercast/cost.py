@@ -323,15 +323,18 @@ for _kind in ("all_reduce", "all_gather", "reduce_scatter"):
 @register_cost("infercast::all_to_all")
 def _all_to_all(record: OpRecord) -> OpCost:
     """EP dispatch or combine: ``x`` holds what this rank sends (FP8 tokens, with one fp32
-    scale per 128 values, for dispatch; bf16 expert outputs for combine)."""
+    scale per 128 values, for dispatch; bf16 expert outputs for combine). ``busiest``: the
+    routed rows of the busiest rank over the mean, which that rank receives in the dispatch and
+    sends back in the combine (the rows at the expert side over tokens x top-k)."""
     x = record["x"]
     phase = record["phase"]
     hidden = x.shape[-1]
     element = x.dtype.itemsize
     per_token = hidden * element + (hidden // 128 * 4 if element == 1 else 0)
-    tokens = x.shape[0] if phase == "dispatch" else record["out_rows"]
+    tokens, rows = (x.shape[0], record["out_rows"]) if phase == "dispatch" else (record["out_rows"], x.shape[0])
+    busiest = max(1.0, rows / (tokens * record["top_k"])) if tokens else 1.0
     a2a = {"tokens": tokens, "hidden": hidden, "bytes_per_token": per_token, "top_k": record["top_k"],
            "num_experts": record["num_experts"], "mode": record["mode"], "phase": phase,
-           "destinations": record["destinations"]}
+           "destinations": record["destinations"], "busiest": busiest}
     return OpCost(kind="collective", collective="all_to_all", message_bytes=float(tokens * per_token),
                   group_size=int(record["group_size"]), group=str(record["group"]), a2a=a2a)

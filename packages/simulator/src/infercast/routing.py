@@ -86,30 +86,75 @@ def straggler(distribution: str, num_experts: int, top_k: int, ep: int) -> float
     return max(1.0, (shares[0] + (local - 1) * rest) / (local / num_experts))
 
 
-EXACT_PICKS = 512
-"""Up to this many (token, expert) picks :func:`busiest_rank` sums the per-token distribution
-exactly; beyond, a normal law with the same mean and variance (within 2% of the exact sum at
-64 tokens x top-8, where the two meet)."""
+NORMAL_FROM_ROWS = 32
+"""From this many routed rows a rank on average, :func:`busiest_rank` takes each rank's rows as
+normal (within 2.2% of the exact sum there, down to 0.4% at 128; the normal law's tail runs low at
+fewer rows, 10-13% at two a rank on 32-256 ranks); below, it sums the per-token law exactly."""
 
 
-def _rank_picks(num_experts: int, top_k: int, ep: int, n_group: int | None, topk_group: int | None) -> list[float]:
-    """Probability that one token puts 0, 1, ..., top_k of its picks on a given rank: top_k
-    experts drawn without replacement, from every expert or, under group-limited routing, from
-    the experts of ``topk_group`` groups chosen uniformly (each choice weighed equally, as in
-    :func:`expected_destination_nodes`)."""
+@functools.lru_cache(maxsize=256)
+def _rank_picks(num_experts: int, top_k: int, ep: int, n_group: int | None, topk_group: int | None
+                ) -> tuple[float, ...]:
+    """Probability that one token puts 0, 1, ..., top_k of its picks on a rank: top_k experts
+    drawn without replacement from every expert or, under group-limited routing, from the
+    experts of ``topk_group`` of ``n_group`` groups chosen uniformly, where ranks hold whole
+    groups (a rank's eligible experts: per_group x its chosen groups, hypergeometric over the
+    choice) or groups span whole ranks (a rank's experts are eligible when its group is chosen)."""
     local = num_experts // ep
     if n_group and topk_group and topk_group < n_group and num_experts % n_group == 0:
         per_group = num_experts // n_group
-        pools = [[e for g in groups for e in range(g * per_group, (g + 1) * per_group)]
-                 for groups in itertools.combinations(range(n_group), topk_group)]
+        pool = topk_group * per_group
+        if n_group % ep == 0:  # ranks hold n_group / ep whole groups
+            own = n_group // ep
+            eligible = {c * per_group: math.comb(own, c) * math.comb(n_group - own, topk_group - c)
+                        / math.comb(n_group, topk_group) for c in range(min(own, topk_group) + 1)}
+        else:  # a group spans ep / n_group ranks
+            eligible = {local: topk_group / n_group, 0: 1 - topk_group / n_group}
     else:
-        pools = [range(num_experts)]
+        pool, eligible = num_experts, {local: 1.0}
     dist = [0.0] * (top_k + 1)
-    for pool in pools:
-        size, inside = len(pool), sum(1 for e in pool if e < local)
+    for inside, weight in eligible.items():
         for c in range(min(top_k, inside) + 1):
-            dist[c] += math.comb(inside, c) * math.comb(size - inside, top_k - c) / math.comb(size, top_k) / len(pools)
-    return dist
+            dist[c] += weight * math.comb(inside, c) * math.comb(pool - inside, top_k - c) / math.comb(pool, top_k)
+    return tuple(dist)
+
+
+def _convolve(a: list[float], b: list[float], cap: int) -> list[float]:
+    out = [0.0] * min(len(a) + len(b) - 1, cap)
+    for i, x in enumerate(a):
+        if x:
+            for j, y in enumerate(b[:cap - i]):
+                out[i + j] += x * y
+    return out
+
+
+def _rows_law(per_token: tuple[float, ...], tokens: int, cap: int) -> list[float]:
+    """P(a rank gets m rows), m < ``cap``, over ``tokens`` independent tokens: the per-token law
+    raised to the power ``tokens`` by squaring, cut at ``cap`` (beyond it the mass is negligible)."""
+    law, power, n = [1.0], list(per_token), tokens
+    while n:
+        if n & 1:
+            law = _convolve(law, power, cap)
+        n >>= 1
+        if n:
+            power = _convolve(power, power, cap)
+    return law
+
+
+def _expected_max(per_token: tuple[float, ...], tokens: int, ep: int, normal: bool) -> float:
+    """E[max over ``ep`` independent ranks of the rows] / the mean rank's rows: sum over m >= 0 of
+    1 - P(rows <= m)^ep, with each rank's rows summed exactly or taken as normal."""
+    mean = tokens * sum(c * q for c, q in enumerate(per_token))
+    var = tokens * sum(c * c * q for c, q in enumerate(per_token)) - mean * mean / tokens
+    if var <= 1e-12 * mean * mean:
+        return 1.0  # every rank gets the same rows (top-k of all experts)
+    cap = int(mean + 12 * math.sqrt(var)) + len(per_token) + 1
+    if normal:
+        law = statistics.NormalDist(mean, math.sqrt(var))
+        below = [law.cdf(m + 0.5) for m in range(cap)]
+    else:
+        below = list(itertools.accumulate(_rows_law(per_token, tokens, cap)))
+    return sum(1.0 - min(1.0, cdf) ** ep for cdf in below) / mean
 
 
 @functools.lru_cache(maxsize=4096)
@@ -118,31 +163,21 @@ def busiest_rank(tokens: int, num_experts: int, top_k: int, ep: int, n_group: in
     """Expected routed rows on the busiest of ``ep`` ranks over the mean rank's, ``tokens``
     tokens each picking ``top_k`` of ``num_experts`` experts uniformly at random (within
     ``topk_group`` of ``n_group`` groups where given, and where ranks hold whole groups or
-    groups whole ranks). A combine waits for that rank, and a table measured with perfectly
-    even routing times the mean rank: at one token on 8 ranks, DeepSeek-V3's 8 picks fall on 4
-    ranks and the busiest holds about 3.5 of them, against 1 on average.
+    groups whole ranks; otherwise, or when ``ep`` does not divide the experts, as without). A
+    combine waits for that rank, and a table measured with perfectly even routing times the mean
+    rank: one DeepSeek-V3 token on 8 ranks puts its 8 picks on the 4 ranks of its 4 groups, the
+    busiest holding about 3.2 of them (a Monte Carlo of the same routing: 3.5), against 1.
 
-    Each rank's rows are the sum of ``tokens`` independent per-token counts
-    (:func:`_rank_picks`); the ranks are taken as independent of one another,
-    E[max] = sum over m >= 1 of 1 - P(rows < m)^ep. That ignores that the picks on all ranks add
-    up to tokens x top_k, and comes out low by up to 10% at a few tokens under group limits
-    (3.2 against a Monte Carlo's 3.5 at one token; tests/simulator/test_cost.py), 2% by 16."""
+    Each rank's rows are a sum of ``tokens`` independent per-token counts (:func:`_rank_picks`),
+    summed exactly up to :data:`NORMAL_FROM_ROWS` rows a rank and taken as normal beyond. The
+    ranks are taken as independent of one another, which ignores that the picks on all ranks
+    add up to tokens x top_k: low by up to 10% at a few tokens under group limits, 3% by 16
+    (tests/simulator/test_cost.py)."""
     if tokens <= 0 or ep <= 1 or num_experts % ep:
         return 1.0
     aligned = n_group and topk_group and (ep % n_group == 0 or n_group % ep == 0)
     per_token = _rank_picks(num_experts, top_k, ep, n_group if aligned else None, topk_group if aligned else None)
-    mean = tokens * sum(c * q for c, q in enumerate(per_token))
-    if tokens * top_k <= EXACT_PICKS:
-        rows = [1.0]
-        for _ in range(tokens):
-            rows = [sum(rows[m - c] * q for c, q in enumerate(per_token) if 0 <= m - c < len(rows))
-                    for m in range(len(rows) + top_k)]
-        below = itertools.accumulate(rows)
-    else:
-        var = tokens * sum(c * c * q for c, q in enumerate(per_token)) - mean * mean / tokens
-        law = statistics.NormalDist(mean, math.sqrt(var))
-        below = (law.cdf(m + 0.5) for m in range(int(mean + 12 * math.sqrt(var)) + 1))
-    return sum(1.0 - cdf ** ep for cdf in below) / mean
+    return _expected_max(per_token, tokens, ep, normal=tokens * top_k / ep > NORMAL_FROM_ROWS)
 
 
 @functools.lru_cache(maxsize=256)

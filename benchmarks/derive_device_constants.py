@@ -30,7 +30,9 @@ from this script; run it to check them: .venv/bin/python benchmarks/derive_devic
 - link efficiency: custom all-reduce over 8 GPUs at the largest message, bus bandwidth
   2 (n - 1) / n x bytes / time over the NVLink peak; all-reduce floor: its smallest message;
 - shown, not used: the tables' Triton fused MoE over the analytic price of a fused MoE no table
-  covers (:func:`triton_moe`; docs/fidelity.md, "The analytic fused MoE at many tokens").
+  covers (:func:`triton_moe`; docs/fidelity.md, "The analytic fused MoE at many tokens");
+- the Triton fused MoE's streaming at 1-16 tokens (``triton`` in the device's streams): a line
+  through the engines' Triton MoE tables, fitted to relative error (:func:`triton_moe_stream`).
 
 The tables have no dense weight-only int4 GEMM; Marlin's figure on sm_90 (``MARLIN_SM90``) is a
 line time = fixed + bytes / (efficiency x HBM peak) through four published one-row Marlin
@@ -209,6 +211,35 @@ def triton_moe(device, engine: str) -> tuple[dict[tuple[str, str], float], tuple
     return {k: statistics.median(v) for k, v in ratios.items()}, (share, half, error, len(shares))
 
 
+def triton_moe_stream(device) -> tuple[float, float, list[float]] | None:
+    """The engines' Triton fused MoE at 1-16 tokens in the device's tables (sglang's and vLLM's,
+    balanced routing, EP 1, bf16 and FP8-block experts), as a line time = fixed + bytes /
+    (efficiency x HBM peak) over the bytes the cost model counts (the touched experts' weights,
+    min(E, T x k) of them under the collector's spread, and the rows' activations), fitted to
+    the points' relative error: (efficiency, fixed s, each point's relative error)."""
+    points = []
+    for engine in ("sglang", "vllm"):
+        version = aic.default_version(device.kernel_tables, engine)
+        if version is None:
+            continue
+        moe = aic.load("moe", device.kernel_tables, engine, version)
+        for key in moe.keys():
+            dtype, kernel, distribution, top_k, experts, hidden, inter, moe_tp = key
+            if (kernel, distribution) != ("triton", "balanced") or dtype not in TRITON_MOE_BYTES:
+                continue
+            width = inter / moe_tp
+            for (ep, tokens), us in moe.grid(key).points():
+                if ep == 1 and tokens <= 16:
+                    rows = tokens * top_k
+                    stream = min(experts, rows) * 3 * hidden * width * TRITON_MOE_BYTES[dtype] + rows * hidden * 4
+                    points.append((stream, us * 1e-6))
+    if not points:
+        return None
+    slope, intercept = fit_relative(points)
+    return (1 / slope / device.hbm_bandwidth_bytes_per_s, intercept,
+            [(intercept + slope * b) / t - 1 for b, t in points])
+
+
 def attention_fixed(device, system: str, version: str) -> tuple[list[float], list[float]]:
     """Measured minus roofline (us) of each small decode attention in the device's tables: GQA/MHA
     with head dim 128, and MLA over DeepSeek-V3's latent cache; bf16 caches."""
@@ -319,6 +350,11 @@ def main() -> int:
                     f"{dtype} {band} tokens {r:.2f}" for (dtype, band), r in sorted(ratios.items()))
                       + f"; compute-bound share {share:.3f} x w / (w + {half}) of peak over {n} points "
                       f"(median relative error {error:.1%}; not used)")
+        stream = triton_moe_stream(device)
+        if stream is not None:
+            memory, fixed, errors = stream
+            print(f"  Triton fused MoE at 1-16 tokens: {memory:.3f} of HBM peak + {fixed * 1e6:.1f} us over "
+                  f"{len(errors)} points (median |error| {statistics.median(map(abs, errors)):.1%})")
     h200 = next(d for d in BUILTIN_DEVICES if d.name == "H200")
     memory, fixed, errors = marlin_stream(h200)
     print(f"== Marlin W4A16 on sm_90 (H200, TileOPs PR 1874): {memory:.3f} of HBM peak + {fixed * 1e6:.2f} us; "

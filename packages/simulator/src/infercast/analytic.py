@@ -142,7 +142,7 @@ def kernel_time(cost: OpCost, device: DeviceSpec, kernel: str | None = None) -> 
     if stream is not None and cost.kernel_dtype not in stream.dtypes:
         stream = None  # measured for other dtypes: the generic figures
     compute = compute_seconds(cost, device, stream)
-    if stream is not None and cost.grouped and stream.grouped_sm_bytes_per_s:
+    if stream is not None and cost.grouped and stream.grouped_stream:
         memory, fixed = cost.bytes / stream.grouped_rate(device), stream.grouped_fixed_s
     elif cost.kind == "cast" and device.efficiency.fp8_cast_s_per_element:
         memory = cost.bytes / CAST_BYTES_PER_ELEMENT * device.efficiency.fp8_cast_s_per_element

@@ -23,9 +23,10 @@ T = 1e12
 
 @dataclass(frozen=True)
 class KernelStream:
-    """How one weight-only kernel family streams its weights on a device, where it differs from
-    the device's generic streaming figure: a GEMM of that family with few rows takes
-    ``fixed_s + bytes / (HBM peak x memory)``."""
+    """How one kernel family streams its weights on a device, where it differs from the
+    device's generic streaming figure (Marlin's weight-only GEMMs and MoE, the engines' Triton
+    fused MoE): a GEMM of that family with few rows takes ``fixed_s + bytes / (HBM peak x
+    memory)``, its grouped operator the ``grouped_*`` figures."""
 
     memory: float
     """Achieved / peak HBM bandwidth (the slope)."""
@@ -49,10 +50,17 @@ class KernelStream:
     grouped_fixed_s: float = 0.0
     """Time on top of a grouped operator's stream, all its kernels together."""
 
+    @property
+    def grouped_stream(self) -> bool:
+        """Whether the family's grouped operator (a fused MoE) has streaming figures of its own."""
+        return self.grouped_sm_bytes_per_s is not None or self.grouped_fixed_s > 0
+
     def grouped_rate(self, device: DeviceSpec) -> float:
         """Bytes per second a grouped operator streams on ``device``: its SMs' limit or its memory's."""
         memory = self.grouped_memory * device.hbm_bandwidth_bytes_per_s
-        return min(self.grouped_sm_bytes_per_s * device.sm_count, memory) if device.sm_count else memory
+        if self.grouped_sm_bytes_per_s is None or not device.sm_count:
+            return memory
+        return min(self.grouped_sm_bytes_per_s * device.sm_count, memory)
 
     def __post_init__(self) -> None:
         for name, value, ok, valid in (
@@ -168,11 +176,34 @@ class Efficiency:
 
 AIC = "aiconfigurator-core 0.12.0 tables ({system}, sglang {version}), derived by benchmarks/derive_device_constants.py"
 
+
+def triton_moe(memory: float, fixed_us: float, points: int, error: float, system: str) -> KernelStream:
+    """The engines' Triton fused MoE (sglang's and vLLM's ``fused_moe``: top-k, the alignment, two
+    grouped GEMMs, the activation, the sum) on a device whose tables time it: where no table
+    covers a shape, it streams the touched experts' weights at ``memory`` of HBM peak plus
+    ``fixed_us`` for the whole operator, about ten times a small GEMM's fixed time."""
+    return KernelStream(
+        memory=memory, fixed_s=fixed_us * 1e-6, dtypes=frozenset({"bf16", "fp8_block"}), grouped_memory=memory,
+        grouped_fixed_s=fixed_us * 1e-6,
+        source=f"sglang's and vLLM's Triton fused MoE in aiconfigurator-core 0.12.0's {system} tables at 1-16 tokens "
+        f"(balanced routing, EP 1, bf16 and FP8-block experts, every shape): a line through {points} points, "
+        f"{fixed_us} us + the touched experts' weights and the rows' activations at {memory} of HBM peak, fitted to "
+        f"relative error, median |error| {error}% (benchmarks/derive_device_constants.py). The generic figures "
+        "(five kernels at a small GEMM's fixed time, the GEMV's streaming share) priced these 1.2-2.1 times too fast "
+        "at one token")
+
+
+TRITON_MOE_A100 = triton_moe(0.834, 44.9, 345, 5.9, "a100_sxm")
+TRITON_MOE_H100 = triton_moe(0.909, 28.7, 1915, 6.7, "h100_sxm")
+TRITON_MOE_H200 = triton_moe(0.889, 29.9, 1920, 9.0, "h200_sxm")
+TRITON_MOE_B200 = triton_moe(0.667, 29.3, 335, 9.0, "b200_sxm")
+
 HOPPER_H100 = Efficiency(
     gemm={"bf16": 0.724, "fp8": 0.514, "fp8_block": 0.619, "int8": 0.514}, attention=0.575, attention_fp8=0.695,
     memory=0.858,
     kernel_fixed_s=3.01e-6, attention_fixed_s=9.98e-6, mla_attention_fixed_s=15.88e-6, link=1.04, scale_out=0.8,
-    collective_floor_s=4.82e-6, streams={"marlin": MARLIN_SM90}, fp8_cast_s_per_element=2.907e-12,
+    collective_floor_s=4.82e-6, streams={"marlin": MARLIN_SM90, "triton": TRITON_MOE_H100},
+    fp8_cast_s_per_element=2.907e-12,
     source=AIC.format(system="h100_sxm", version="0.5.14") + "; int8 assumed at the fp8 rate (same tensor-core "
     "peak on sm_90, no int8 table); link above 1: NVLink SHARP reduces in the switch",
 )
@@ -180,19 +211,21 @@ HOPPER_H200 = Efficiency(
     gemm={"bf16": 0.693, "fp8": 0.560, "fp8_block": 0.606, "int8": 0.560}, attention=0.559, attention_fp8=0.680,
     memory=0.845,
     kernel_fixed_s=3.02e-6, attention_fixed_s=10.35e-6, mla_attention_fixed_s=16.20e-6, link=1.038, scale_out=0.8,
-    collective_floor_s=3.47e-6, streams={"marlin": MARLIN_SM90}, fp8_cast_s_per_element=2.809e-12,
+    collective_floor_s=3.47e-6, streams={"marlin": MARLIN_SM90, "triton": TRITON_MOE_H200},
+    fp8_cast_s_per_element=2.809e-12,
     source=AIC.format(system="h200_sxm", version="0.5.14") + "; int8 assumed at the fp8 rate (same tensor-core "
     "peak on sm_90, no int8 table); link above 1: NVLink SHARP reduces in the switch",
 )
 AMPERE_A100 = Efficiency(
     gemm={"bf16": 0.794}, attention=0.638, memory=0.798, kernel_fixed_s=3.23e-6, attention_fixed_s=21.52e-6, link=0.758,
-    scale_out=0.8, collective_floor_s=5.79e-6,
+    scale_out=0.8, collective_floor_s=5.79e-6, streams={"triton": TRITON_MOE_A100},
     source=AIC.format(system="a100_sxm", version="0.5.10") + "; int8 has no table and uses the bf16 figure",
 )
 BLACKWELL_B200 = Efficiency(
     gemm={"bf16": 0.651, "fp8": 0.476, "fp8_block": 0.570}, attention=0.513, attention_fp8=0.551, memory=0.785,
     kernel_fixed_s=2.18e-6,
     attention_fixed_s=10.07e-6, mla_attention_fixed_s=12.13e-6, link=0.802, scale_out=0.8, collective_floor_s=7.00e-6,
+    streams={"triton": TRITON_MOE_B200},
     source=AIC.format(system="b200_sxm", version="0.5.14") + "; fp4 has no table and uses the bf16 figure",
 )
 MI300X_MEASURED = replace(

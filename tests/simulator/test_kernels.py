@@ -359,6 +359,10 @@ def test_a_triton_moe_no_table_covers_streams_at_the_familys_figure_near_its_tab
         errors.append(family / measured.seconds - 1)
         assert abs(family / measured.seconds - 1) < 0.25 and generic < 0.86 * measured.seconds
     assert sorted(map(abs, errors))[1] < 0.2
+    # behind DeepEP sglang runs DeepGEMM's grouped GEMMs, not the Triton kernel: no Triton figure
+    behind = fused_moe_record(1, 256, 7168, 256, 8, 8, "fp8_block")
+    behind.named["dispatch"] = "all_to_all"
+    assert CostModel(DEVICES["H200"], "sglang").stream_kernel(behind, cost_of(behind)) is None
 
 
 @pytest.mark.parametrize("tokens, measured_us", [(16, 1395.0), (64, 2973.0)])

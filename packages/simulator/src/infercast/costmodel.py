@@ -159,14 +159,16 @@ class CostModel:
         return found
 
     def stream_kernel(self, record: OpRecord, cost: OpCost) -> str | None:
-        """The weight-only kernel family the engine runs a GEMM in (a dense GEMM: the engine's
-        dense kernel for its dtype; a fused MoE: its first MoE kernel, kept under expert
-        parallelism: :data:`LOCAL_EXPERT_KERNELS`), where the device has a streaming figure for
-        that family measured for this dtype; else None."""
+        """The kernel family the engine runs a GEMM in (a dense GEMM: the engine's dense kernel
+        for its dtype; a fused MoE: its first MoE kernel, behind an all-to-all only if the engine
+        keeps it there, :data:`LOCAL_EXPERT_KERNELS`), where the device has a streaming figure
+        for that family measured for this dtype; else None."""
         if record.name in DENSE_GEMMS:
             kernel = self.engine.dense_kernels.get(cost.kernel_dtype)
         elif record.name == "infercast::fused_moe":
             kernel = next(iter(self.engine.moe_kernels.get(cost.kernel_dtype, ())), None)
+            if record["dispatch"] == "all_to_all" and kernel not in LOCAL_EXPERT_KERNELS:
+                return None  # behind DeepEP the engine runs its DeepEP kernel (DeepGEMM), not this one
         else:
             return None
         stream = self.device.efficiency.streams.get(kernel)

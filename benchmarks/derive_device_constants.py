@@ -211,13 +211,16 @@ def triton_moe(device, engine: str) -> tuple[dict[tuple[str, str], float], tuple
     return {k: statistics.median(v) for k, v in ratios.items()}, (share, half, error, len(shares))
 
 
-def triton_moe_stream(device) -> tuple[float, float, list[float]] | None:
+def triton_moe_stream(device) -> tuple[float, float, list[float], set[str], set[str]] | None:
     """The engines' Triton fused MoE at 1-16 tokens in the device's tables (sglang's and vLLM's,
     balanced routing, EP 1, bf16 and FP8-block experts), as a line time = fixed + bytes /
     (efficiency x HBM peak) over the bytes the cost model counts (the touched experts' weights,
     min(E, T x k) of them under the collector's spread, and the rows' activations), fitted to
-    the points' relative error: (efficiency, fixed s, each point's relative error)."""
-    points = []
+    the points' relative error: (efficiency, fixed s, each point's relative error, the dtypes and
+    the engines measured). Left out: points faster than the HBM peak allows for those bytes (the
+    collector touched fewer experts there) and FP8-block experts whose width on a rank is not a
+    multiple of the 128-wide scale blocks (up to 30 times the line: another code path)."""
+    points, dtypes, engines = [], set(), set()
     for engine in ("sglang", "vllm"):
         version = aic.default_version(device.kernel_tables, engine)
         if version is None:
@@ -228,16 +231,21 @@ def triton_moe_stream(device) -> tuple[float, float, list[float]] | None:
             if (kernel, distribution) != ("triton", "balanced") or dtype not in TRITON_MOE_BYTES:
                 continue
             width = inter / moe_tp
+            if dtype == "fp8_block" and width % 128:
+                continue
             for (ep, tokens), us in moe.grid(key).points():
                 if ep == 1 and tokens <= 16:
                     rows = tokens * top_k
                     stream = min(experts, rows) * 3 * hidden * width * TRITON_MOE_BYTES[dtype] + rows * hidden * 4
-                    points.append((stream, us * 1e-6))
+                    if stream / (us * 1e-6) <= device.hbm_bandwidth_bytes_per_s:
+                        points.append((stream, us * 1e-6))
+                        dtypes.add(dtype)
+                        engines.add(engine)
     if not points:
         return None
     slope, intercept = fit_relative(points)
     return (1 / slope / device.hbm_bandwidth_bytes_per_s, intercept,
-            [(intercept + slope * b) / t - 1 for b, t in points])
+            [(intercept + slope * b) / t - 1 for b, t in points], dtypes, engines)
 
 
 def attention_fixed(device, system: str, version: str) -> tuple[list[float], list[float]]:
@@ -352,9 +360,10 @@ def main() -> int:
                       f"(median relative error {error:.1%}; not used)")
         stream = triton_moe_stream(device)
         if stream is not None:
-            memory, fixed, errors = stream
+            memory, fixed, errors, dtypes, engines = stream
             print(f"  Triton fused MoE at 1-16 tokens: {memory:.3f} of HBM peak + {fixed * 1e6:.1f} us over "
-                  f"{len(errors)} points (median |error| {statistics.median(map(abs, errors)):.1%})")
+                  f"{len(errors)} points of {' and '.join(sorted(dtypes))} experts, {' and '.join(sorted(engines))} "
+                  f"(median |error| {statistics.median(map(abs, errors)):.1%})")
     h200 = next(d for d in BUILTIN_DEVICES if d.name == "H200")
     memory, fixed, errors = marlin_stream(h200)
     print(f"== Marlin W4A16 on sm_90 (H200, TileOPs PR 1874): {memory:.3f} of HBM peak + {fixed * 1e6:.2f} us; "

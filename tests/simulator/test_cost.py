@@ -212,12 +212,15 @@ def test_routed_rows_pad_to_the_expected_tiles_of_a_poisson_count() -> None:
     tiles = [analytic.expected_row_tiles(m, 64) for m in means]
     assert tiles == sorted(tiles) and tiles[:2] == [1.0, 1.0]
     assert all(m / 64 <= t <= m / 64 + 1 for m, t in zip(means, tiles))
-    # past 1,000 rows the fraction of the last tile is taken as uniform: the two sides meet
-    assert analytic.expected_row_tiles(1001, 64) == pytest.approx(analytic.expected_row_tiles(999, 64), abs=0.05)
+    # past 1,000 rows the last tile's fill is taken as uniform: the two sides meet
+    assert analytic.expected_row_tiles(1000.01, 64) == pytest.approx(analytic.expected_row_tiles(999.99, 64), abs=0.005)
+    # one-row tiles count the rows themselves: the zero-truncated law's mean, even just above one
+    for mean in (1.001, 1.09, 1.5, 3.0, 40.0):
+        assert analytic.expected_row_tiles(mean, 1) == pytest.approx(mean, rel=1e-6)
     # a grouped GEMM of 16 experts at 64 rows each: exact rows fill one tile, routed rows 1.47
     cost = OpCost(flops=2.0 * 16 * 64 * 4096 * 7168, compute_dtype="fp8", kind="gemm", kernel_dtype="fp8_block",
                   gemm_mnk=(64, 4096, 7168), gemm_count=16, grouped=True)
-    routed = replace(cost, routed_rows=True)
+    routed = replace(cost, routed_rows=64.0)
     assert analytic.compute_seconds(routed, H20) / analytic.compute_seconds(cost, H20) == pytest.approx(1 + above)
 
 

@@ -381,18 +381,21 @@ def test_qwen3_moe_decode(capsys, tmp_path, h100) -> None:
     # are read (a 5.46875 / 8 share of all expert bytes); FLOPs are the gate/up GEMM (2 x rows
     # x 256 x 256) and the down GEMM (2 x rows x 128 x 256); activations in and out of both
     # GEMMs: rows x 256 x 2 bytes x 2 + rows x 256 x 2 bytes x 1.5. Per-expert GEMM shape
-    # (round(8 / 5.46875) = 1 row, n = 256, k = 256), one per active expert. sglang runs bf16
-    # experts through its Triton fused MoE, which streams at the H100's Triton figure: the bytes
-    # at its share of HBM plus one fixed time for the operator (not five small kernels' worth).
+    # (round(8 / 5.46875) = 1 row, n = 256, k = 256), one per active expert. Routing gives each
+    # active expert a count of rows around 8 / 5.46875 = 1.46, which never passes one 64-row tile:
+    # 64 padded rows an expert, flops x 64 / 1.46. sglang runs bf16 experts through its Triton
+    # fused MoE, which streams at the H100's Triton figure: the bytes at its share of HBM plus
+    # one fixed time for the operator (not five small kernels' worth).
     rows = BATCH * top_k
     active = experts * (1 - (1 - top_k / experts) ** BATCH)
     assert active == 5.46875
     expert_bytes = experts * 3 * h * moe_inter * BF16
     nbytes = expert_bytes * active / experts + rows * h * BF16 * 2 + rows * 2 * moe_inter * BF16 * 1.5
     flops = 2 * rows * h * 2 * moe_inter + 2 * rows * moe_inter * h
-    compute, _ = roofline(h100, flops=flops, nbytes=0, peak=h100.peak_flops_per_s["bf16"],
+    one_row, _ = roofline(h100, flops=flops, nbytes=0, peak=h100.peak_flops_per_s["bf16"],
                           efficiency=h100.efficiency.gemm["bf16"], mnk=(round(rows / active), 2 * moe_inter, h),
-                          count=active, kernels=0)
+                          count=active, kernels=0)  # pads each group from 1 row to 64
+    compute = one_row / (rows / active)
     triton = h100.efficiency.streams["triton"]
     memory = nbytes / (triton.grouped_memory * h100.hbm_bandwidth_bytes_per_s)
     bound = "latency" if triton.grouped_fixed_s > max(compute, memory) else "memory"

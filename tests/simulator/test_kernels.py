@@ -341,8 +341,8 @@ def fused_moe_record(tokens: int, experts: int, hidden: int, inter: int, top_k: 
 def test_a_triton_moe_no_table_covers_streams_at_the_familys_figure_near_its_tables() -> None:
     """Decode MoEs the tables time with sglang's Triton kernel (DeepSeek-V3's FP8-block experts at
     MoE TP8 on H100 and H200, Mixtral-8x7B's bf16 ones at TP8 on H100), priced analytically: at the
-    Triton family's own figure (a line through the tables at 1-16 tokens: about 30 us + the weights
-    at 0.89-0.91 of HBM) within 25% of the table, where the generic figure (five small kernels'
+    Triton family's own figure (a line through the tables at 1-16 tokens: 27-29 us + the weights
+    at 0.85-0.86 of HBM) within 25% of the table, where the generic figure (five small kernels'
     fixed time) was 15-43% fast."""
     from infercast.analytic import kernel_time
 

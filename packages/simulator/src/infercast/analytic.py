@@ -38,6 +38,7 @@ or ``memory`` bound. Collectives: :func:`collective_time`; EP all-to-all:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -79,24 +80,27 @@ def wave_use(m: int, n: int, k: int, count: float, sm_count: int | None) -> floa
     return min(1.0, steps / sm_count)
 
 
+@functools.lru_cache(maxsize=4096)
 def expected_row_tiles(mean_rows: float, tile: int) -> float:
     """Expected ``tile``-row MMA tiles of one expert that routing gave a Poisson count of rows,
     given at least one (a zero-truncated Poisson law with mean ``mean_rows``): tokens that pick
     their experts at random leave some experts a tile's worth and others one row over, so a
-    grouped GEMM whose experts average 64 rows pays about 1.5 tiles an expert, not one."""
+    grouped GEMM whose experts average 64 rows pays about 1.5 tiles an expert, not one. Random
+    routing's spread; a skewed routing spreads the rows more."""
     if mean_rows <= 1.0:
         return 1.0
-    lam = mean_rows  # solve lam / (1 - exp(-lam)) = mean_rows by fixed point (converges from above)
-    for _ in range(100):
-        nxt = mean_rows * -math.expm1(-lam)
-        if abs(nxt - lam) < 1e-9 * mean_rows:
-            break
-        lam = nxt
-    if lam > 1000:  # the fractional tile is about uniform: half a tile on average
-        return mean_rows / tile + 0.5
+    low, high = 0.0, mean_rows  # lam / (1 - e^-lam) = mean_rows, increasing in lam: bisect
+    for _ in range(80):
+        lam = (low + high) / 2
+        if lam / -math.expm1(-lam) < mean_rows:
+            low = lam
+        else:
+            high = lam
+    if lam > 1000:  # the last tile's fill is about uniform: (tile - 1) / (2 tile) of a tile on average
+        return mean_rows / tile + (tile - 1) / (2 * tile)
     spread = 12 * math.sqrt(lam)
     total = mass = 0.0
-    for x in range(max(1, int(lam - spread)), int(lam + spread) + tile + 1):
+    for x in range(max(1, int(lam - spread)), int(lam + spread) + tile + 12):
         p = math.exp(x * math.log(lam) - lam - math.lgamma(x + 1))  # in logs: e^-lam underflows past 745
         total += math.ceil(x / tile) * p
         mass += p
@@ -127,15 +131,18 @@ def compute_seconds(cost: OpCost, device: DeviceSpec, stream: KernelStream | Non
         m, n, k = cost.gemm_mnk
         if m > 0 and n > 0:
             rows = WEIGHT_ONLY_MMA_ROWS if cost.kernel_dtype in WEIGHT_ONLY else MMA_ROWS
-            tiles = expected_row_tiles(m, rows) if cost.routed_rows else math.ceil(m / rows)
-            pad = tiles * rows / m * math.ceil(n / MMA_COLS) * MMA_COLS / n
+            if cost.routed_rows:  # a group's rows are a count around their mean, not m each
+                pad = expected_row_tiles(cost.routed_rows, rows) * rows / cost.routed_rows
+            else:
+                pad = math.ceil(m / rows) * rows / m
+            pad *= math.ceil(n / MMA_COLS) * MMA_COLS / n
             use = wave_use(m, n, k, cost.gemm_count, device.sm_count)
     return cost.flops * pad / (peak * efficiency * use)
 
 
 def kernel_time(cost: OpCost, device: DeviceSpec, kernel: str | None = None) -> Timed:
     """Roofline plus the per-kernel fixed time (see the module docstring); GEMMs of a kernel
-    family the device has its own streaming figure for (``kernel``: ``marlin``) stream at it,
+    family the device has its own streaming figure for (``kernel``: ``marlin``, ``triton``) stream at it,
     and its GEMM kernels pay its fixed time; the family's grouped operator (a fused MoE) streams
     and pays its fixed time as its ``grouped_*`` figures say."""
     stream = device.efficiency.streams.get(kernel) if kernel else None

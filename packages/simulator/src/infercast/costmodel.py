@@ -168,7 +168,7 @@ class CostModel:
         elif record.name == "infercast::fused_moe":
             kernel = next(iter(self.engine.moe_kernels.get(cost.kernel_dtype, ())), None)
             if record["dispatch"] == "all_to_all" and kernel not in LOCAL_EXPERT_KERNELS:
-                return None  # behind DeepEP the engine runs its DeepEP kernel (DeepGEMM), not this one
+                return None  # behind DeepEP engines run their DeepEP MoE kernels (sglang: DeepGEMM), not this
         else:
             return None
         stream = self.device.efficiency.streams.get(kernel)

@@ -177,26 +177,27 @@ class Efficiency:
 AIC = "aiconfigurator-core 0.12.0 tables ({system}, sglang {version}), derived by benchmarks/derive_device_constants.py"
 
 
-def triton_moe(memory: float, fixed_us: float, points: int, error: float, system: str) -> KernelStream:
+def triton_moe(memory: float, fixed_us: float, points: int, error: float, system: str, dtypes: tuple[str, ...],
+               engines: str) -> KernelStream:
     """The engines' Triton fused MoE (sglang's and vLLM's ``fused_moe``: top-k, the alignment, two
     grouped GEMMs, the activation, the sum) on a device whose tables time it: where no table
     covers a shape, it streams the touched experts' weights at ``memory`` of HBM peak plus
     ``fixed_us`` for the whole operator, about ten times a small GEMM's fixed time."""
     return KernelStream(
-        memory=memory, fixed_s=fixed_us * 1e-6, dtypes=frozenset({"bf16", "fp8_block"}), grouped_memory=memory,
+        memory=memory, fixed_s=fixed_us * 1e-6, dtypes=frozenset(dtypes), grouped_memory=memory,
         grouped_fixed_s=fixed_us * 1e-6,
-        source=f"sglang's and vLLM's Triton fused MoE in aiconfigurator-core 0.12.0's {system} tables at 1-16 tokens "
-        f"(balanced routing, EP 1, bf16 and FP8-block experts, every shape): a line through {points} points, "
-        f"{fixed_us} us + the touched experts' weights and the rows' activations at {memory} of HBM peak, fitted to "
-        f"relative error, median |error| {error}% (benchmarks/derive_device_constants.py). The generic figures "
-        "(five kernels at a small GEMM's fixed time, the GEMV's streaming share) priced these 1.2-2.1 times too fast "
-        "at one token")
+        source=f"{engines}'s Triton fused MoE in aiconfigurator-core 0.12.0's {system} tables at 1-16 tokens "
+        f"(balanced routing, EP 1, {' and '.join(dtypes)} experts, every shape but those whose points beat the HBM "
+        f"peak or whose FP8-block width is not a multiple of 128): a line through {points} points, {fixed_us} us + "
+        f"the touched experts' weights and the rows' activations at {memory} of HBM peak, fitted to relative error, "
+        f"median |error| {error}% (benchmarks/derive_device_constants.py). The generic figures (five kernels at a "
+        "small GEMM's fixed time, the GEMV's streaming share) priced these 1.2-2.1 times too fast at one token")
 
 
-TRITON_MOE_A100 = triton_moe(0.834, 44.9, 345, 5.9, "a100_sxm")
-TRITON_MOE_H100 = triton_moe(0.909, 28.7, 1915, 6.7, "h100_sxm")
-TRITON_MOE_H200 = triton_moe(0.889, 29.9, 1920, 9.0, "h200_sxm")
-TRITON_MOE_B200 = triton_moe(0.667, 29.3, 335, 9.0, "b200_sxm")
+TRITON_MOE_A100 = triton_moe(0.834, 44.9, 345, 5.9, "a100_sxm", ("bf16",), "sglang")
+TRITON_MOE_H100 = triton_moe(0.862, 27.0, 1765, 6.4, "h100_sxm", ("bf16", "fp8_block"), "sglang and vLLM")
+TRITON_MOE_H200 = triton_moe(0.847, 28.5, 1781, 8.8, "h200_sxm", ("bf16", "fp8_block"), "sglang and vLLM")
+TRITON_MOE_B200 = triton_moe(0.667, 29.3, 335, 9.0, "b200_sxm", ("bf16", "fp8_block"), "sglang")
 
 HOPPER_H100 = Efficiency(
     gemm={"bf16": 0.724, "fp8": 0.514, "fp8_block": 0.619, "int8": 0.514}, attention=0.575, attention_fp8=0.695,

@@ -429,6 +429,11 @@ def test_expert_parallel_decode_at_one_request_waits_for_its_busiest_rank() -> N
     tp8 = itl(1)
     assert itl(4) / tp8 == pytest.approx(10.81 / 13.78, rel=0.04)
     assert itl(8) / tp8 == pytest.approx(11.00 / 13.78, rel=0.04)
+    # the MoE row says what it is priced at
+    ep8 = simulate(UserInput(model="deepseek-ai/DeepSeek-R1", device="H200", num_devices=8, ep_size=8, engine="trtllm",
+                             decode=True, context_length=1900))
+    moe = next(op for op in ep8.ops if op.name.startswith("fused_moe"))
+    assert moe.origin.endswith("; the busiest EP rank: x3.16 the mean rank's rows")
 
 
 def test_converted_tables_are_cached_and_a_bad_cache_file_is_rebuilt(tmp_path, monkeypatch) -> None:

@@ -196,13 +196,21 @@ class CostModel:
                     quality = answer.quality if query.scale == 1.0 or query.scaled_quality is None else (
                         query.scaled_quality)
                     return Priced(answer.value * query.scale * 1e-6, timed.bound, quality,
-                                  f"{query.kind} {source.origin_of(query)}")
+                                  f"{query.kind} {source.origin_of(query)}" + _busiest_note(record))
         why = _why_analytic(record, query, self)
         if kernel:
             why += f"; {kernel} stream"
         if fp8_attention and self.device.efficiency.attention_fp8 is not None:
             why += "; FP8 queries over the FP8 cache"
-        return Priced(timed.seconds, timed.bound, ANALYTIC, why)
+        return Priced(timed.seconds, timed.bound, ANALYTIC, why + _busiest_note(record))
+
+
+def _busiest_note(record: OpRecord) -> str:
+    """For a fused MoE whose busiest EP rank carries more than the mean, how much more (the
+    rows it is priced at: :func:`infercast.routing.busiest_rank`)."""
+    if record.name != "infercast::fused_moe" or record["straggler"] <= 1.0 + 1e-9:
+        return ""
+    return f"; the busiest EP rank: x{record['straggler']:.2f} the mean rank's rows"
 
 
 def _record_key(record: OpRecord, phase: Phase) -> tuple:

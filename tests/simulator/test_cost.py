@@ -220,7 +220,7 @@ def test_routed_rows_pad_to_the_expected_tiles_of_a_poisson_count() -> None:
     # a grouped GEMM of 16 experts at 64 rows each: exact rows fill one tile, routed rows 1.47
     cost = OpCost(flops=2.0 * 16 * 64 * 4096 * 7168, compute_dtype="fp8", kind="gemm", kernel_dtype="fp8_block",
                   gemm_mnk=(64, 4096, 7168), gemm_count=16, grouped=True)
-    routed = replace(cost, routed_rows=64.0)
+    routed = replace(cost, routed_mean_rows=64.0)
     assert analytic.compute_seconds(routed, H20) / analytic.compute_seconds(cost, H20) == pytest.approx(1 + above)
 
 

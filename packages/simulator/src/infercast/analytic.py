@@ -131,8 +131,8 @@ def compute_seconds(cost: OpCost, device: DeviceSpec, stream: KernelStream | Non
         m, n, k = cost.gemm_mnk
         if m > 0 and n > 0:
             rows = WEIGHT_ONLY_MMA_ROWS if cost.kernel_dtype in WEIGHT_ONLY else MMA_ROWS
-            if cost.routed_rows:  # a group's rows are a count around their mean, not m each
-                pad = expected_row_tiles(cost.routed_rows, rows) * rows / cost.routed_rows
+            if cost.routed_mean_rows:  # a group's rows are a count around their mean, not m each
+                pad = expected_row_tiles(cost.routed_mean_rows, rows) * rows / cost.routed_mean_rows
             else:
                 pad = math.ceil(m / rows) * rows / m
             pad *= math.ceil(n / MMA_COLS) * MMA_COLS / n

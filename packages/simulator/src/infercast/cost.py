@@ -50,7 +50,7 @@ class OpCost:
     """GEMMs of that shape the operator runs (grouped GEMMs: one per active expert)."""
     grouped: bool = False
     """The GEMMs run as grouped kernels over many experts' weights (a fused MoE)."""
-    routed_rows: float = 0.0
+    routed_mean_rows: float = 0.0
     """The mean rows of a group when routing decides them, a Poisson count around it (padding is
     then the expected tiles, :func:`infercast.analytic.expected_row_tiles`, and ``gemm_mnk``'s m
     its rounding, for the waves); 0: every group has exactly m."""
@@ -145,7 +145,7 @@ def _fused_moe(record: OpRecord) -> OpCost:
     per_expert_rows = max(1, round(rows / active)) if active else 1
     return OpCost(flops=flops, compute_dtype=COMPUTE_DTYPE[record["dtype"]], bytes=weights + activations, kind="gemm",
                   kernel_dtype=record["dtype"], kernels=5, gemm_kernels=2, gemm_mnk=(per_expert_rows, inter2, hidden),
-                  gemm_count=active, grouped=True, routed_rows=rows / active if active else 1.0)
+                  gemm_count=active, grouped=True, routed_mean_rows=rows / active if active else 1.0)
 
 
 @register_cost("infercast::quantize_activation")

@@ -101,6 +101,14 @@ def test_devices_lists_every_builtin_with_efficiency_sources(capsys) -> None:
             "ATLAS_800_A3_752T_128G_DIE"} <= names
     assert all(row["efficiency"]["source"] for row in rows)
     assert all(row["sources"] for row in rows)
+    # a kernel family's fused-MoE figures are listed with its GEMM ones (the H20 has no Triton figure)
+    from infercast.devices import BUILTIN_DEVICES
+
+    streams = {row["name"]: row["efficiency"]["streams"] for row in rows}
+    h200 = next(d for d in BUILTIN_DEVICES if d.name == "H200").efficiency.streams
+    assert streams["H200"]["triton"]["grouped_fixed_us"] == pytest.approx(h200["triton"].grouped_fixed_s * 1e6)
+    assert streams["H200"]["marlin"]["grouped_sm_gb_per_s"] == pytest.approx(h200["marlin"].grouped_sm_bytes_per_s / 1e9)
+    assert streams["H200"]["triton"]["grouped_sm_gb_per_s"] is None and "triton" not in streams["H20"]
 
 
 def test_the_console_command_returns_mains_code_and_freezes_the_heap_only_there(monkeypatch) -> None:

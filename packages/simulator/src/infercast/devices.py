@@ -334,6 +334,9 @@ class DeviceSpec:
                 "collective_floor_us": self.efficiency.collective_floor_s * 1e6,
                 "streams": {name: {"memory": k.memory, "fixed_us": k.fixed_s * 1e6, "dtypes": sorted(k.dtypes),
                                    "grouped_compute": k.grouped_compute, "grouped_half_width": k.grouped_half_width,
+                                   "grouped_sm_gb_per_s": (k.grouped_sm_bytes_per_s / 1e9
+                                                           if k.grouped_sm_bytes_per_s is not None else None),
+                                   "grouped_memory": k.grouped_memory, "grouped_fixed_us": k.grouped_fixed_s * 1e6,
                                    "source": k.source} for name, k in self.efficiency.streams.items()},
                 "source": self.efficiency.source,
             },

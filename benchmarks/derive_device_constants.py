@@ -163,6 +163,27 @@ def marlin_moe_stream(devices: list) -> tuple[float, float, float, dict[str, tup
 TRITON_MOE_BYTES = {"bf16": 2.0, "fp8_block": 1.0}
 
 
+def triton_points(device, engine: str):
+    """The engine's Triton fused MoE points in the device's tables at balanced routing and EP 1:
+    (dtype, top_k, hidden, width on a rank, tokens, the bytes the cost model's ``moe`` shape
+    counts at that many tokens (the min(E, T x k) experts the collector's spread touches and the
+    rows' activations), seconds). Nothing when the engine has no tables for the device."""
+    version = aic.default_version(device.kernel_tables, engine)
+    if version is None:
+        return
+    moe = aic.load("moe", device.kernel_tables, engine, version)
+    for key in moe.keys():
+        dtype, kernel, distribution, top_k, experts, hidden, inter, moe_tp = key
+        if (kernel, distribution) != ("triton", "balanced") or dtype not in TRITON_MOE_BYTES:
+            continue
+        width = inter / moe_tp
+        for (ep, tokens), us in moe.grid(key).points():
+            if ep == 1:
+                rows = tokens * top_k
+                stream = min(experts, rows) * 3 * hidden * width * TRITON_MOE_BYTES[dtype] + rows * hidden * 4
+                yield dtype, top_k, experts, hidden, width, tokens, stream, us * 1e-6
+
+
 def triton_moe(device, engine: str) -> tuple[dict[tuple[str, str], float], tuple[float, float, float, int]] | None:
     """The engine's Triton fused MoE in the device's tables (balanced routing, EP 1) against the
     analytic price infercast gives a fused MoE no table covers (the cost model's ``moe`` shape:
@@ -174,31 +195,18 @@ def triton_moe(device, engine: str) -> tuple[dict[tuple[str, str], float], tuple
     at many tokens")."""
     from infercast.cost import COMPUTE_DTYPE
 
-    version = aic.default_version(device.kernel_tables, engine)
-    if version is None:  # no tables of this engine for the device
-        return None
-    moe = aic.load("moe", device.kernel_tables, engine, version)
     ratios: dict[tuple[str, str], list[float]] = {}
     shares = []
-    for key in moe.keys():
-        dtype, kernel, distribution, top_k, experts, hidden, inter, moe_tp = key
-        if (kernel, distribution) != ("triton", "balanced") or dtype not in TRITON_MOE_BYTES:
-            continue
-        width, w = inter / moe_tp, TRITON_MOE_BYTES[dtype]
-        peak = device.peak(COMPUTE_DTYPE.get(dtype, "bf16"))
-        for (ep, tokens), us in moe.grid(key).points():
-            if ep != 1:
-                continue
-            rows = tokens * top_k
-            cost = OpCost(flops=6.0 * rows * hidden * width, compute_dtype=COMPUTE_DTYPE.get(dtype, "bf16"),
-                          bytes=min(experts, rows) * 3 * hidden * width * w + rows * hidden * 4, kernel_dtype=dtype,
-                          kind="gemm", kernels=5)
-            band = "32-512" if 32 <= tokens <= 512 else "8K+" if tokens >= 8192 else None
-            if band:
-                ratios.setdefault((dtype, band), []).append(us * 1e-6 / analytic.kernel_time(cost, device).seconds)
-            stream = experts * 3 * hidden * width * w / (device.hbm_bandwidth_bytes_per_s * device.efficiency.memory)
-            if tokens >= 4096 and us * 1e-6 >= 2 * stream:
-                shares.append((width, 6 * rows * hidden * width / (us * 1e-6) / peak))
+    for dtype, top_k, experts, hidden, width, tokens, stream, seconds in triton_points(device, engine):
+        rows = tokens * top_k
+        cost = OpCost(flops=6.0 * rows * hidden * width, compute_dtype=COMPUTE_DTYPE.get(dtype, "bf16"),
+                      bytes=stream, kernel_dtype=dtype, kind="gemm", kernels=5)
+        band = "32-512" if 32 <= tokens <= 512 else "8K+" if tokens >= 8192 else None
+        if band:
+            ratios.setdefault((dtype, band), []).append(seconds / analytic.kernel_time(cost, device).seconds)
+        weights = experts * 3 * hidden * width * TRITON_MOE_BYTES[dtype]
+        if tokens >= 4096 and seconds >= 2 * weights / (device.hbm_bandwidth_bytes_per_s * device.efficiency.memory):
+            shares.append((width, 6 * rows * hidden * width / seconds / device.peak(COMPUTE_DTYPE.get(dtype, "bf16"))))
     if not shares:
         return None
 
@@ -214,33 +222,19 @@ def triton_moe(device, engine: str) -> tuple[dict[tuple[str, str], float], tuple
 def triton_moe_stream(device) -> tuple[float, float, list[float], set[str], set[str]] | None:
     """The engines' Triton fused MoE at 1-16 tokens in the device's tables (sglang's and vLLM's,
     balanced routing, EP 1, bf16 and FP8-block experts), as a line time = fixed + bytes /
-    (efficiency x HBM peak) over the bytes the cost model counts (the touched experts' weights,
-    min(E, T x k) of them under the collector's spread, and the rows' activations), fitted to
-    the points' relative error: (efficiency, fixed s, each point's relative error, the dtypes and
-    the engines measured). Left out: points faster than the HBM peak allows for those bytes (the
-    collector touched fewer experts there) and FP8-block experts whose width on a rank is not a
-    multiple of the 128-wide scale blocks (up to 30 times the line: another code path)."""
+    (efficiency x HBM peak) over the bytes the cost model counts (:func:`triton_points`), fitted
+    to the points' relative error: (efficiency, fixed s, each point's relative error, the dtypes
+    and the engines measured). Left out: points faster than the HBM peak allows for those bytes
+    (the collector touched fewer experts there) and FP8-block experts whose width on a rank is
+    not a multiple of the 128-wide scale blocks (up to 30 times the line: another code path)."""
     points, dtypes, engines = [], set(), set()
     for engine in ("sglang", "vllm"):
-        version = aic.default_version(device.kernel_tables, engine)
-        if version is None:
-            continue
-        moe = aic.load("moe", device.kernel_tables, engine, version)
-        for key in moe.keys():
-            dtype, kernel, distribution, top_k, experts, hidden, inter, moe_tp = key
-            if (kernel, distribution) != ("triton", "balanced") or dtype not in TRITON_MOE_BYTES:
-                continue
-            width = inter / moe_tp
-            if dtype == "fp8_block" and width % 128:
-                continue
-            for (ep, tokens), us in moe.grid(key).points():
-                if ep == 1 and tokens <= 16:
-                    rows = tokens * top_k
-                    stream = min(experts, rows) * 3 * hidden * width * TRITON_MOE_BYTES[dtype] + rows * hidden * 4
-                    if stream / (us * 1e-6) <= device.hbm_bandwidth_bytes_per_s:
-                        points.append((stream, us * 1e-6))
-                        dtypes.add(dtype)
-                        engines.add(engine)
+        for dtype, _, _, _, width, tokens, stream, seconds in triton_points(device, engine):
+            if (tokens <= 16 and not (dtype == "fp8_block" and width % 128)
+                    and stream / seconds <= device.hbm_bandwidth_bytes_per_s):
+                points.append((stream, seconds))
+                dtypes.add(dtype)
+                engines.add(engine)
     if not points:
         return None
     slope, intercept = fit_relative(points)

@@ -181,6 +181,24 @@ def test_the_launch_command_follows_the_engine() -> None:
     assert trt[:2] == ["trtllm-serve", SMALL.model] and trt[trt.index("--ep_size") + 1] == "16"
 
 
+def test_launch_commands_load_the_model_an_engine_can_find(tmp_path) -> None:
+    """An alias infercast resolves offline is not a name an engine can load: the commands carry
+    the model reference behind it, and a config.json's directory rather than the file."""
+    config = Config(Layout(8, 8, 1, 1), None, 8, None)
+    loaded = {"deepseek-r1": "deepseek-ai/DeepSeek-R1", "Llama-3.1-70B": "meta-llama/Llama-3.1-70B-Instruct",
+              "meta-llama/Llama-3.1-8B": "meta-llama/Llama-3.1-8B-Instruct", SMALL.model: SMALL.model}
+    checkpoint = tmp_path / "my-model"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text("{}")
+    loaded[str(checkpoint / "config.json")] = str(checkpoint)
+    loaded[str(checkpoint)] = str(checkpoint)
+    for given, expected in loaded.items():
+        commands = launch_commands(replace(SMALL, model=given), config, 8, expert_dtype="bf16", cuda_arch=90)
+        sglang, vllm, trt = commands["sglang"], commands["vllm"], commands["trtllm"]
+        assert sglang[sglang.index("--model-path") + 1] == expected, given
+        assert vllm[2] == expected and trt[1] == expected, given
+
+
 def test_trtllm_takes_dp_attention_and_speculation_from_its_options_file() -> None:
     """trtllm-serve has no flag for either: the command names the YAML file and a note gives it."""
     spec = Planner(SMALL).spec_request  # EAGLE3 with a draft model

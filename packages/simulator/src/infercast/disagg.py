@@ -389,6 +389,7 @@ def launch_commands(planner: Planner, config: DisaggConfig) -> dict[str, list[li
     import json
 
     from infercast.plan import Config, sglang_command, vllm_command
+    from infercast.plugins import served_model
 
     r = planner.request
     per_node, arch = planner.device.devices_per_node, planner.device.cuda_arch
@@ -429,7 +430,7 @@ def launch_commands(planner: Planner, config: DisaggConfig) -> dict[str, list[li
                                                             or (i and vl_prefill[i - 1] == "--max-num-seqs"))]
     vl_decode = vllm_command(r, decode, spec)[:-1] + ["--kv-transfer-config", connector, "--port", "8200",
                                                      "--trust-remote-code"]
-    proxy = ["python", "examples/disaggregated/disaggregated_serving/disagg_proxy_demo.py", "--model", r.model,
+    proxy = ["python", "examples/disaggregated/disaggregated_serving/disagg_proxy_demo.py", "--model", served_model(r.model),
              "--prefill", *[f"PREFILL_{i}_IP:8100" for i in range(config.prefill_instances)],
              "--decode", *[f"DECODE_{i}_IP:8200" for i in range(config.decode_instances)], "--port", "8000"]
     commands = {"sglang": [sg_prefill, sg_decode, router], "vllm": [vl_prefill, vl_decode, proxy]}

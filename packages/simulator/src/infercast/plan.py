@@ -665,8 +665,10 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
     through the standard dispatcher (no a2a backend). ``mem_fraction``: the
     ``--mem-fraction-static`` to pass where the request gives none (:meth:`Planner.launch_fraction`);
     ``scattered``: the plan priced the scattered attention input (:meth:`Planner.scattered_input`)."""
+    from infercast.plugins import served_model
+
     layout = config.layout
-    cmd = ["python", "-m", "sglang.launch_server", "--model-path", request.model, "--tp-size", str(layout.num_devices)]
+    cmd = ["python", "-m", "sglang.launch_server", "--model-path", served_model(request.model), "--tp-size", str(layout.num_devices)]
     if layout.dp > 1:
         cmd += ["--dp-size", str(layout.dp), "--enable-dp-attention"]
     if layout.ep > 1:
@@ -737,8 +739,10 @@ def trtllm_command(request: PlanRequest, config: Config, spec: Any = None) -> li
     """TensorRT-LLM's OpenAI server (``trtllm-serve``, PyTorch backend). DP attention and
     speculation go in an ``--extra_llm_api_options`` YAML file, named here; its contents are a
     launch note (:func:`launch_notes`)."""
+    from infercast.plugins import served_model
+
     layout = config.layout
-    cmd = ["trtllm-serve", request.model, "--backend", "pytorch", "--tp_size", str(layout.num_devices)]
+    cmd = ["trtllm-serve", served_model(request.model), "--backend", "pytorch", "--tp_size", str(layout.num_devices)]
     if layout.ep > 1:
         cmd += ["--ep_size", str(layout.ep)]
     cmd += ["--max_batch_size", str(config.batch)]
@@ -849,8 +853,10 @@ def vllm_command(request: PlanRequest, config: Config, spec: Any = None,
     the high-throughput kernels. vLLM uses all-to-all kernels only across data-parallel ranks."""
     import json
 
+    from infercast.plugins import served_model
+
     layout = config.layout
-    cmd = ["vllm", "serve", request.model, "--tensor-parallel-size", str(layout.tp)]
+    cmd = ["vllm", "serve", served_model(request.model), "--tensor-parallel-size", str(layout.tp)]
     if layout.dp > 1:
         cmd += ["--data-parallel-size", str(layout.dp)]
     if layout.ep > 1:

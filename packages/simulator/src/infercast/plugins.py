@@ -59,6 +59,22 @@ def known_model_refs(manager: AdapterManager | None = None) -> list[str]:
     return [ref.ref for ref, _ in (manager or get_manager()).models()]
 
 
+def served_model(model: str, manager: AdapterManager | None = None) -> str:
+    """What an engine's launch command loads for ``model``: an alias's model reference
+    (``deepseek-r1`` -> ``deepseek-ai/DeepSeek-R1``), a ``config.json``'s directory, else ``model``
+    as given (a hub id or a model directory)."""
+    from pathlib import Path
+
+    lowered = model.lower()
+    for ref, _ in (manager or get_manager()).models():
+        if model == ref.ref or model in ref.aliases or lowered in (alias.lower() for alias in ref.aliases):
+            return ref.ref
+    path = Path(model)
+    if path.suffix == ".json" and path.is_file():
+        return str(path.parent)
+    return model
+
+
 def default_model(manager: AdapterManager | None = None) -> str:
     """The default model: the installed adapters' highest offer (the built-ins offer
     DeepSeek-V3; infercast-kimi-k25 offers Kimi-K2.5)."""

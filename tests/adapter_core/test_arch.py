@@ -5,7 +5,7 @@ import torch
 from transformers import AutoConfig
 
 from infercast_adapters import UnsupportedArchitectureError
-from infercast_adapters.arch import detect_moe_architecture, experts_are_fused
+from infercast_adapters.arch import detect_moe_architecture, experts_are_fused, sliding_window_layers
 
 
 @pytest.mark.parametrize(
@@ -28,6 +28,18 @@ def test_detects_each_family(model_type, family, experts, top_k, shared, router)
     if experts is not None:
         assert (arch.num_experts, arch.top_k, arch.num_shared_experts) == (experts, top_k, shared)
     assert arch.expert_intermediate_size == text.moe_intermediate_size if model_type != "mixtral" else text.intermediate_size
+
+
+@pytest.mark.parametrize(("model_type", "values", "expected"), [
+    ("mistral", {"num_hidden_layers": 32}, (4096, 32)),  # MistralConfig's default window, every layer
+    ("mistral", {"num_hidden_layers": 32, "sliding_window": None}, (0, 0)),
+    ("qwen2", {"num_hidden_layers": 4, "sliding_window": 4096}, (0, 0)),  # use_sliding_window defaults to off
+    ("qwen2", {"num_hidden_layers": 4, "sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 1},
+     (4096, 3)),  # the layers from max_window_layers on
+    ("llama", {"num_hidden_layers": 4}, (0, 0)),
+])
+def test_sliding_window_layers_follow_transformers_conventions(model_type, values, expected) -> None:
+    assert sliding_window_layers(AutoConfig.for_model(model_type, **values)) == expected
 
 
 def test_deepseek_v3_sizes_and_dense_layers() -> None:

@@ -14,8 +14,17 @@ from infercast.plugins import devices_from, new_manager
 from infercast.simulate import UserInput, simulate
 
 MODELS = [ref for ref, values in builtin_models.BUNDLED.items() if not values["architectures"][0].endswith("Eagle3")]
-CASES = [UserInput(model=ref, query_length=512) for ref in MODELS] + [
-    UserInput(model=ref, decode=True, num_queries=16, context_length=2048) for ref in MODELS] + [
+
+
+def _devices(ref: str) -> int:
+    """Eight, or the most up to eight that divide the model's attention heads (Qwen2.5-7B has 28)."""
+    heads = builtin_models.BUNDLED[ref]["num_attention_heads"]
+    return max(n for n in (1, 2, 4, 8) if heads % n == 0)
+
+
+CASES = [UserInput(model=ref, num_devices=_devices(ref), query_length=512) for ref in MODELS] + [
+    UserInput(model=ref, num_devices=_devices(ref), decode=True, num_queries=16, context_length=2048)
+    for ref in MODELS] + [
     UserInput(model="deepseek-ai/DeepSeek-V3", num_devices=16, dp_size=2, ep_size=16, num_queries=64, decode=True),
     UserInput(model="deepseek-ai/DeepSeek-V3", decode=True, num_queries=8, speculative_algorithm="MTP"),
     UserInput(model="meta-llama/Llama-3.1-8B-Instruct", num_devices=1, decode=True, num_queries=4,

@@ -221,6 +221,34 @@ def test_kv_cache_grows_linearly_with_context() -> None:
     assert kv[0] * 2**30 == pytest.approx(2 * 1000 * 576 * 2 * 61)
 
 
+def test_qwen2_and_mistral_price_as_the_llama_layers_they_are(tmp_path) -> None:
+    """Both families are Llama's decoder with other defaults: the same widths give the same step."""
+    dims = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                num_key_value_heads=8, vocab_size=32768, max_position_embeddings=32768, rms_norm_eps=1e-5,
+                tie_word_embeddings=False)
+    steps = {}
+    for family in ("llama", "qwen2", "mistral"):
+        path = tmp_path / f"{family}.json"
+        path.write_text(json.dumps(dict(dims, model_type=family, sliding_window=None)))
+        result = sim(model=str(path), device="H100", num_devices=1, num_queries=4, decode=True, context_length=1000)
+        steps[family] = (result.step_latency_ms, result.kernel_count, result.memory_gib["weights"])
+        assert not any("sliding-window" in note for note in result.notes)
+    assert steps["qwen2"] == steps["mistral"] == steps["llama"]
+
+
+def test_a_sliding_window_shorter_than_the_context_is_named_as_priced_over_the_whole_context(tmp_path) -> None:
+    path = tmp_path / "mistral-v0.1.json"
+    path.write_text(json.dumps(dict(model_type="mistral", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                                    num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
+                                    max_position_embeddings=32768, sliding_window=4096)))
+    def notes(context: int) -> list[str]:
+        result = sim(model=str(path), device="H100", num_devices=1, decode=True, context_length=context)
+        return [note for note in result.notes if note.startswith("sliding-window attention")]
+    assert notes(3000) == []
+    (note,) = notes(8000)
+    assert "32 of 32 layers attend to the last 4,096 tokens" in note and "all 8,001" in note
+
+
 def test_larger_batches_take_longer_but_give_more_throughput() -> None:
     small, large = (sim(model="deepseek-v3", num_queries=n, decode=True) for n in (1, 64))
     assert large.step_latency_ms > small.step_latency_ms

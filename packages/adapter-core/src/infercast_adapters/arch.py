@@ -95,6 +95,23 @@ def detect_moe_architecture(config: Any) -> MoEArchitecture:
     )
 
 
+def sliding_window_layers(config: Any) -> tuple[int, int]:
+    """``(window, layers)``: how many decoder layers of ``config`` (a language-model config)
+    attend only to the last ``window`` tokens. From ``layer_types`` where the config lists them
+    (transformers derives them for Qwen2 from ``use_sliding_window`` and ``max_window_layers``),
+    else every layer when ``sliding_window`` is set and ``use_sliding_window`` does not switch it
+    off (Mistral); ``(0, 0)`` where every layer attends to the whole context."""
+    window = int(getattr(config, "sliding_window", None) or 0)
+    if not window:
+        return 0, 0
+    kinds = getattr(config, "layer_types", None)
+    if kinds:
+        layers = sum(kind == "sliding_attention" for kind in kinds)
+    else:
+        layers = int(config.num_hidden_layers) if getattr(config, "use_sliding_window", True) else 0
+    return (window, layers) if layers else (0, 0)
+
+
 def moe_layer_mask(config: Any) -> list[bool]:
     """Which decoder layers of ``config`` (a language-model config) have a routed-expert MLP,
     by the conventions the families' transformers code follows: DeepSeek-style

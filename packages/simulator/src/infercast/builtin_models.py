@@ -40,6 +40,8 @@ PROFILES = (
     ModelProfile(model_type="qwen3", decoder_layer_class="Qwen3DecoderLayer", attention_class="Qwen3Attention",
                  attention_qk_norm=True),
     ModelProfile(model_type="llama", decoder_layer_class="LlamaDecoderLayer", attention_class="LlamaAttention"),
+    ModelProfile(model_type="qwen2", decoder_layer_class="Qwen2DecoderLayer", attention_class="Qwen2Attention"),
+    ModelProfile(model_type="mistral", decoder_layer_class="MistralDecoderLayer", attention_class="MistralAttention"),
 )
 
 
@@ -69,6 +71,8 @@ TRACEABLE_CLASSES: dict[str, tuple[str, str | None, str]] = {
     "deepseek_v3": ("transformers.models.deepseek_v3.modeling_deepseek_v3", "DeepseekV3Experts",
                     "DeepseekV3RotaryEmbedding"),
     "mixtral": ("transformers.models.mixtral.modeling_mixtral", "MixtralExperts", "MixtralRotaryEmbedding"),
+    "qwen2": ("transformers.models.qwen2.modeling_qwen2", None, "Qwen2RotaryEmbedding"),
+    "mistral": ("transformers.models.mistral.modeling_mistral", None, "MistralRotaryEmbedding"),
 }
 
 
@@ -145,6 +149,24 @@ _MIXTRAL_8X7B = {
     "sliding_window": None,
 }
 
+_QWEN25_7B = {
+    "model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
+    "vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+    "num_attention_heads": 28, "num_key_value_heads": 4, "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "use_sliding_window": False, "sliding_window": 131072,
+    "max_window_layers": 28,
+}
+
+_QWEN25_72B = dict(_QWEN25_7B, hidden_size=8192, intermediate_size=29568, num_hidden_layers=80,
+                   num_attention_heads=64, num_key_value_heads=8, max_window_layers=80)
+
+_MISTRAL_7B_V03 = {
+    "model_type": "mistral", "architectures": ["MistralForCausalLM"],
+    "vocab_size": 32768, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 32768,
+    "rope_theta": 1000000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "sliding_window": None,
+}
+
 # The EAGLE-3 authors' draft for Llama-3.1-8B-Instruct (its published config.json): one
 # Llama-style layer at the target's width reading 3 aux layers, a 32,000-token draft vocabulary.
 _LLAMA_31_8B_EAGLE3 = dict(_LLAMA_31_8B, architectures=["LlamaForCausalLMEagle3"], num_hidden_layers=1,
@@ -159,6 +181,9 @@ BUNDLED: dict[str, dict] = {
     "meta-llama/Llama-3.1-8B-Instruct": _LLAMA_31_8B,
     "meta-llama/Llama-3.1-70B-Instruct": _LLAMA_31_70B,
     "mistralai/Mixtral-8x7B-Instruct-v0.1": _MIXTRAL_8X7B,
+    "Qwen/Qwen2.5-7B-Instruct": _QWEN25_7B,
+    "Qwen/Qwen2.5-72B-Instruct": _QWEN25_72B,
+    "mistralai/Mistral-7B-Instruct-v0.3": _MISTRAL_7B_V03,
 }
 
 ALIASES: dict[str, str] = {
@@ -172,6 +197,10 @@ ALIASES: dict[str, str] = {
     "meta-llama/Llama-3.1-70B": "meta-llama/Llama-3.1-70B-Instruct",
     "mixtral-8x7b": "mistralai/Mixtral-8x7B-Instruct-v0.1",
     "mistralai/Mixtral-8x7B-v0.1": "mistralai/Mixtral-8x7B-Instruct-v0.1",
+    "qwen2.5-7b": "Qwen/Qwen2.5-7B-Instruct",
+    "qwen2.5-72b": "Qwen/Qwen2.5-72B-Instruct",
+    "mistral-7b": "mistralai/Mistral-7B-Instruct-v0.3",
+    "mistralai/Mistral-7B-v0.3": "mistralai/Mistral-7B-Instruct-v0.3",
 }
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from infercast_adapters import InfercastError
-from infercast_adapters.arch import text_config_of
+from infercast_adapters.arch import sliding_window_layers, text_config_of
 from infercast_adapters.config import apply_num_hidden_layers_override, load_config
 from infercast_adapters.profile import tokenizer_kind_of
 
@@ -190,6 +190,11 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
                                 if parallel.dp > 1 else "tokens and an all-reduce sums them")
                             + ("; --enable-shared-expert-tp changes nothing: the shared experts are sharded over "
                                "every rank" if parallel.shared_expert_tp else ""))
+    window, windowed = sliding_window_layers(text)
+    if windowed and window < context + query_length:
+        result.notes.append(f"sliding-window attention: {windowed} of {text.num_hidden_layers} layers attend to the "
+                            f"last {window:,} tokens only; infercast prices every layer's attention and cache over "
+                            f"all {context + query_length:,}, more than an engine that honours the window reads")
     if user.model is None:
         entry = next((ref for ref, _ in manager.models() if ref.ref == model_ref), None)
         result.notes.append(f"no model given: simulated the default, {model_ref}"

@@ -18,6 +18,7 @@ from infercast_adapters.arch import detect_moe_architecture, experts_are_fused, 
         ("qwen3_5_moe", "qwen3_5_moe", 256, 8, 1, "softmax_topk"),
         ("mixtral", "mixtral", 8, 2, 0, "softmax_topk"),
         ("glm4_moe", "glm4_moe", 128, 8, 1, "sigmoid_grouped_topk"),
+        ("minimax_m2", "minimax_m2", 256, 8, 0, "sigmoid_topk"),
     ],
 )
 def test_detects_each_family(model_type, family, experts, top_k, shared, router) -> None:
@@ -27,7 +28,8 @@ def test_detects_each_family(model_type, family, experts, top_k, shared, router)
     assert arch.family == family and arch.router == router
     if experts is not None:
         assert (arch.num_experts, arch.top_k, arch.num_shared_experts) == (experts, top_k, shared)
-    assert arch.expert_intermediate_size == text.moe_intermediate_size if model_type != "mixtral" else text.intermediate_size
+    assert arch.expert_intermediate_size == (text.intermediate_size if model_type in ("mixtral", "minimax_m2")
+                                             else text.moe_intermediate_size)
 
 
 @pytest.mark.parametrize(("model_type", "values", "expected"), [

@@ -47,6 +47,8 @@ TINY = {
     "mixtral": dict(_DENSE, model_type="mixtral", num_local_experts=4, num_experts_per_tok=2),
     "qwen2": dict(_DENSE, model_type="qwen2"),
     "mistral": dict(_DENSE, model_type="mistral", sliding_window=None),
+    "minimax_m2": dict(_DENSE, model_type="minimax_m2", head_dim=16, num_local_experts=4, num_experts_per_tok=2,
+                       rotary_dim=8),
     "deepseek_v3": dict(_MLA, model_type="deepseek_v3"),
     # the VL checkpoint's layout: the text model under text_config, a vision tower beside it
     "kimi_k25": {"model_type": "kimi_k25", "text_config": dict(_MLA, model_type="kimi_k2"),
@@ -54,7 +56,7 @@ TINY = {
                                        intermediate_size=48, patch_size=14, merge_kernel_size=[2, 2])},
 }
 DEFAULT_FAMILIES = ("llama", "qwen3_moe", "kimi_k25")
-MORE_FAMILIES = ("qwen3", "mixtral", "deepseek_v3", "qwen2", "mistral")
+MORE_FAMILIES = ("qwen3", "mixtral", "deepseek_v3", "qwen2", "mistral", "minimax_m2")
 
 
 def write_config(directory, family: str) -> str:

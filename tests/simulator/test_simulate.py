@@ -236,6 +236,23 @@ def test_qwen2_and_mistral_price_as_the_llama_layers_they_are(tmp_path) -> None:
     assert steps["qwen2"] == steps["mistral"] == steps["llama"]
 
 
+def test_minimax_m2s_query_and_key_norms_span_the_heads_and_all_reduce_their_statistic() -> None:
+    """MiniMax-M2 normalizes all heads' queries (and keys) together: each TP rank holds 1/TP of
+    them, so the ranks all-reduce each token's two sums of squares once a layer; Qwen3's
+    per-head norms need nothing across ranks."""
+    def rows(model: str, tp: int) -> dict[str, int]:
+        result = sim(model=model, device="H200", num_devices=tp, num_queries=4, decode=True, context_length=1000)
+        return {row.name: row.count for row in result.ops}, result
+    minimax, result = rows("minimax-m2.5", 4)
+    assert minimax["all_reduce (layers.*.self_attn)"] == 62  # one a layer, beside the layer's own two
+    assert minimax["rms_norm (layers.*.self_attn.q_norm)"] == 62  # over the rank's 12 heads at once
+    assert result.parameters_billion == pytest.approx(228.7, abs=0.1)  # "230B total", as published
+    alone, _ = rows("minimax-m2.5", 1)
+    assert not any(name.startswith("all_reduce") for name in alone)
+    qwen3, _ = rows("qwen3-32b", 4)
+    assert "all_reduce (layers.*.self_attn)" not in qwen3
+
+
 def test_a_sliding_window_shorter_than_the_context_is_named_as_priced_over_the_whole_context(tmp_path) -> None:
     path = tmp_path / "mistral-v0.1.json"
     path.write_text(json.dumps(dict(model_type="mistral", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,

@@ -27,7 +27,7 @@ class MoEArchitecture:
     shared_expert_intermediate_size: int
     """Total intermediate width of the shared expert(s); 0 when there are none."""
     router: str
-    """``softmax_topk``, ``sigmoid_grouped_topk`` or ``softmax_grouped_topk``."""
+    """``softmax_topk``, ``sigmoid_topk``, ``sigmoid_grouped_topk`` or ``softmax_grouped_topk``."""
     first_dense_layers: int
 
 
@@ -54,6 +54,7 @@ _FAMILIES = (
     _Family("qwen3_5_moe", ("qwen3_5_moe", "qwen3_5_moe_text"), "num_experts", "moe_intermediate_size", None, None,
             "shared_expert_intermediate_size", None),
     _Family("mixtral", ("mixtral",), "num_local_experts", "intermediate_size", None, None, None, None),
+    _Family("minimax_m2", ("minimax_m2",), "num_local_experts", "intermediate_size", None, None, None, None),
 )
 
 SUPPORTED_MOE_MODEL_TYPES = tuple(t for f in _FAMILIES for t in f.model_types)
@@ -72,6 +73,8 @@ def _router(family: _Family, config: Any) -> str:
         if scoring == "sigmoid" or topk_method == "noaux_tc" or config.model_type in ("deepseek_v3", "kimi_k2", "glm4_moe"):
             return "sigmoid_grouped_topk"
         return "softmax_grouped_topk"
+    if family.name == "minimax_m2":
+        return "sigmoid_topk"
     return "softmax_topk"
 
 

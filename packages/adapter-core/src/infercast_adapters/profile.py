@@ -72,8 +72,11 @@ class ModelProfile:
     """Attribute names that differ from the transformers-native modules, canonical -> actual
     (e.g. ``{"kv_a_proj_with_mqa": "kv_down_proj"}``)."""
     tokenizer: str = "fast"
-    """The family's tokenizer kind, one of :data:`TOKENIZER_KINDS` (last, so that profiles built
-    with positional arguments before it keep their meaning)."""
+    """The family's tokenizer kind, one of :data:`TOKENIZER_KINDS` (after the fields above, so that
+    profiles built with positional arguments keep their meaning)."""
+    attention_qk_norm_across_heads: bool = False
+    """With ``attention_qk_norm``: one RMSNorm over all heads' queries and one over all keys
+    (MiniMax-M2), whose statistic tensor-parallel ranks all-reduce, instead of one per head."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "field_overrides", MappingProxyType(dict(self.field_overrides)))
@@ -125,8 +128,11 @@ class ModelProfile:
         for key, value in self.field_overrides.items():
             if not (isinstance(key, str) and isinstance(value, str) and _IDENTIFIER.match(key) and _IDENTIFIER.match(value)):
                 raise ProfileError("field_overrides", f"{key!r} -> {value!r} is not an attribute-name pair")
-        if not isinstance(self.attention_qk_norm, bool):
-            raise ProfileError("attention_qk_norm", f"{self.attention_qk_norm!r} is not a bool")
+        for name in ("attention_qk_norm", "attention_qk_norm_across_heads"):
+            if not isinstance(getattr(self, name), bool):
+                raise ProfileError(name, f"{getattr(self, name)!r} is not a bool")
+        if self.attention_qk_norm_across_heads and not self.attention_qk_norm:
+            raise ProfileError("attention_qk_norm_across_heads", "needs attention_qk_norm")
         if self.tokenizer not in TOKENIZER_KINDS:
             raise ProfileError("tokenizer",
                                f"{self.tokenizer!r} is not a tokenizer kind; known: {', '.join(TOKENIZER_KINDS)}")

@@ -39,6 +39,7 @@ def gqa(ctx: SimContext, config: Any, index: int, profile: ModelProfile) -> SimG
         ctx, hidden_size=config.hidden_size, num_heads=heads,
         num_kv_heads=getattr(config, "num_key_value_heads", None) or heads,
         head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads, qk_norm=profile.attention_qk_norm,
+        qk_norm_across_heads=profile.attention_qk_norm_across_heads,
     )
 
 

@@ -40,6 +40,15 @@ PROFILES = (
     ModelProfile(model_type="qwen3", decoder_layer_class="Qwen3DecoderLayer", attention_class="Qwen3Attention",
                  attention_qk_norm=True),
     ModelProfile(model_type="llama", decoder_layer_class="LlamaDecoderLayer", attention_class="LlamaAttention"),
+    ModelProfile(
+        model_type="minimax_m2",
+        decoder_layer_class="MiniMaxM2DecoderLayer",
+        attention_class="MiniMaxM2Attention",
+        moe_class="MiniMaxM2SparseMoeBlock",
+        routed_experts_key="num_local_experts",
+        attention_qk_norm=True,
+        attention_qk_norm_across_heads=True,
+    ),
     ModelProfile(model_type="qwen2", decoder_layer_class="Qwen2DecoderLayer", attention_class="Qwen2Attention"),
     ModelProfile(model_type="mistral", decoder_layer_class="MistralDecoderLayer", attention_class="MistralAttention"),
 )
@@ -73,6 +82,8 @@ TRACEABLE_CLASSES: dict[str, tuple[str, str | None, str]] = {
     "mixtral": ("transformers.models.mixtral.modeling_mixtral", "MixtralExperts", "MixtralRotaryEmbedding"),
     "qwen2": ("transformers.models.qwen2.modeling_qwen2", None, "Qwen2RotaryEmbedding"),
     "mistral": ("transformers.models.mistral.modeling_mistral", None, "MistralRotaryEmbedding"),
+    "minimax_m2": ("transformers.models.minimax_m2.modeling_minimax_m2", "MiniMaxM2Experts",
+                   "MiniMaxM2RotaryEmbedding"),
 }
 
 
@@ -167,6 +178,21 @@ _MISTRAL_7B_V03 = {
     "rope_theta": 1000000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "sliding_window": None,
 }
 
+# MiniMax-M2.5 (MiniMax-M2's architecture): 62 layers of GQA, whose query and key norms span all
+# heads, with RoPE on 64 of each head's 128 dimensions, and 256 routed experts (top-8, sigmoid
+# scores with a selection bias), every weight but the router's FP8 in 128 x 128 blocks.
+_MINIMAX_M25 = {
+    "model_type": "minimax_m2", "architectures": ["MiniMaxM2ForCausalLM"],
+    "vocab_size": 200064, "hidden_size": 3072, "intermediate_size": 1536, "num_hidden_layers": 62,
+    "num_attention_heads": 48, "num_key_value_heads": 8, "head_dim": 128, "rotary_dim": 64,
+    "num_local_experts": 256, "num_experts_per_tok": 8, "scoring_func": "sigmoid", "use_routing_bias": True,
+    "use_qk_norm": True, "qk_norm_type": "per_layer", "max_position_embeddings": 196608, "rope_theta": 5000000.0,
+    "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+    "quantization_config": {"quant_method": "fp8", "fmt": "float8_e4m3fn", "activation_scheme": "dynamic",
+                            "weight_block_size": [128, 128],
+                            "modules_to_not_convert": ["gate", "e_score_correction_bias", "lm_head"]},
+}
+
 # The EAGLE-3 authors' draft for Llama-3.1-8B-Instruct (its published config.json): one
 # Llama-style layer at the target's width reading 3 aux layers, a 32,000-token draft vocabulary.
 _LLAMA_31_8B_EAGLE3 = dict(_LLAMA_31_8B, architectures=["LlamaForCausalLMEagle3"], num_hidden_layers=1,
@@ -184,6 +210,7 @@ BUNDLED: dict[str, dict] = {
     "Qwen/Qwen2.5-7B-Instruct": _QWEN25_7B,
     "Qwen/Qwen2.5-72B-Instruct": _QWEN25_72B,
     "mistralai/Mistral-7B-Instruct-v0.3": _MISTRAL_7B_V03,
+    "MiniMaxAI/MiniMax-M2.5": _MINIMAX_M25,
 }
 
 ALIASES: dict[str, str] = {
@@ -201,6 +228,7 @@ ALIASES: dict[str, str] = {
     "qwen2.5-72b": "Qwen/Qwen2.5-72B-Instruct",
     "mistral-7b": "mistralai/Mistral-7B-Instruct-v0.3",
     "mistralai/Mistral-7B-v0.3": "mistralai/Mistral-7B-Instruct-v0.3",
+    "minimax-m2.5": "MiniMaxAI/MiniMax-M2.5",
 }
 
 

@@ -322,9 +322,11 @@ class SimGQAAttention(SimModule):
     """Multi-head / grouped-query attention with a paged KV cache."""
 
     def __init__(self, ctx: SimContext, *, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int,
-                 qk_norm: bool, bias: bool = False, input_size: int | None = None) -> None:
+                 qk_norm: bool, bias: bool = False, input_size: int | None = None,
+                 qk_norm_across_heads: bool = False) -> None:
         """``input_size``: width of the attention input when it is not ``hidden_size`` (an
-        EAGLE3 draft layer reads 2 x hidden)."""
+        EAGLE3 draft layer reads 2 x hidden). ``qk_norm_across_heads``: the query and key norms
+        span all heads (MiniMax-M2), so TP ranks all-reduce each token's two sums of squares."""
         super().__init__()
         tp = ctx.parallel.tp
         self.ctx = ctx
@@ -335,8 +337,13 @@ class SimGQAAttention(SimModule):
         self.qkv_proj = SimLinear(width, (self.heads + 2 * self.kv_heads) * head_dim, ctx.quant.dense)
         self.qkv_proj.logical_params = width * (num_heads + 2 * num_kv_heads) * head_dim
         self.o_proj = SimLinear(num_heads * head_dim, hidden_size, ctx.quant.dense, shard="row", tp=tp)
-        self.q_norm = SimRMSNorm(head_dim) if qk_norm else None
-        self.k_norm = SimRMSNorm(head_dim) if qk_norm else None
+        self.qk_norm_across_heads = qk_norm and qk_norm_across_heads
+        if self.qk_norm_across_heads:
+            self.q_norm, self.k_norm = SimRMSNorm(self.heads * head_dim), SimRMSNorm(self.kv_heads * head_dim)
+            self.q_norm.logical_params, self.k_norm.logical_params = num_heads * head_dim, num_kv_heads * head_dim
+        else:
+            self.q_norm = SimRMSNorm(head_dim) if qk_norm else None
+            self.k_norm = SimRMSNorm(head_dim) if qk_norm else None
 
     def kv_bytes_per_token(self) -> int:
         return 2 * self.kv_heads * self.head_dim * self.ctx.kv_cache_dtype.itemsize
@@ -346,9 +353,16 @@ class SimGQAAttention(SimModule):
         normed = bool(ctx.pointwise and ctx.pointwise.fp8_norm and self.qkv_proj.scheme.kernel_dtype == "fp8")
         qkv = self.qkv_proj(x, quantized_input=normed)
         q, k, v = qkv.split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], -1)
-        q = q.view(T, self.heads, self.head_dim)
-        k = k.view(T, self.kv_heads, self.head_dim)
-        if self.q_norm is not None:
+        if self.qk_norm_across_heads:
+            # each rank holds some heads, so the norms' mean squares need every rank's partial sums:
+            # one all-reduce of both (vLLM's MiniMaxText01RMSNormTP.forward_qk; sglang's
+            # MiniMaxM2QKRMSNorm between its sum-of-squares and apply kernels)
+            if ctx.parallel.tp > 1:
+                OPS.all_reduce(q.new_empty(T, 2, dtype=torch.float32), ctx.parallel.tp, "attn_tp")
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = q.reshape(T, self.heads, self.head_dim)
+        k = k.reshape(T, self.kv_heads, self.head_dim)
+        if self.q_norm is not None and not self.qk_norm_across_heads:
             q, k = self.q_norm(q), self.k_norm(k)
         fusions = ctx.pointwise
         if fusions and fusions.rope_in_cache_write:

@@ -73,7 +73,11 @@ MODELS = {  # (the CSV's model, precision) -> (infercast model, --quantize-linea
     ("deepseek-ai/DeepSeek-R1", "fp8"): ("deepseek-ai/DeepSeek-R1", None),
     ("deepseek-ai/DeepSeek-V3", "fp8"): ("deepseek-ai/DeepSeek-V3", None),
     ("moonshotai/Kimi-K2.5", "int4"): ("moonshotai/Kimi-K2.5", None),
+    ("MiniMaxAI/MiniMax-M2.5", "fp8"): ("MiniMaxAI/MiniMax-M2.5", None),
 }
+OUT_OF_SAMPLE = {"MiniMax-M2.5": "2026-11-27"}
+"""Models whose runs first entered this benchmark after the modelling they check was done (the
+date the family was added): they are reported on their own as well as in the totals."""
 DEVICES = {"h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200"}
 """The systems with a built-in device and kernel tables (GB200 and B300 have neither here)."""
 POLICY = {"sglang": "separate", "vllm": "mixed"}
@@ -177,7 +181,12 @@ def recipe(row: dict) -> Recipe:
       ``70b_b200_slurm.sh``): ``--max-num-batched-tokens 8192 --kv-cache-dtype fp8
       --max-num-seqs`` the clients;
     - vLLM Kimi-K2.5 (``kimik2.5_int4_b200.sh``, ``kimik2.5_int4_h200.sh``): ``--max-num-seqs``
-      the clients, the rest vLLM's defaults."""
+      the clients, the rest vLLM's defaults;
+    - vLLM MiniMax-M2.5 FP8 (``minimaxm2.5_fp8_h200.sh``, the one version stored, later than the
+      runs): ``--kv-cache-dtype fp8``, ``--max-num-batched-tokens`` 16,384 up to 32 clients and
+      32,768 from 64, ``--max-num-seqs 512``, ``--enable-expert-parallel`` where the row gives EP;
+      its ``--moe-backend triton`` is the kernel infercast prices for vLLM's FP8-block MoE, while its
+      ``--attention-backend FLASHINFER`` is priced from vLLM's default attention tables."""
     clients, tp = int(row["batch_size"]), int(row["tp_size"])
     if row["backend"] == "sglang" and row["model_path"].startswith("deepseek-ai/"):
         if row["system"] == "b200_sxm":
@@ -188,6 +197,8 @@ def recipe(row: dict) -> Recipe:
             return Recipe(32768, 512 if (row["isl"], row["osl"]) == (1024, 1024) else 256)
     if row["backend"] == "vllm" and row["model_path"] == "meta-llama/Llama-3.1-70B":
         return Recipe(8192, clients, kv_cache_dtype="fp8")
+    if row["backend"] == "vllm" and row["model_path"] == "MiniMaxAI/MiniMax-M2.5":
+        return Recipe(16384 if clients <= 32 else 32768, clients, kv_cache_dtype="fp8")
     return Recipe(max_running=clients)
 
 
@@ -279,6 +290,15 @@ def main() -> int:
     every = [e for errors in groups.values() for e in errors]
     console.print(f"median |error| over {len(every)} runs: TTFT {statistics.median(abs(e) for e, _ in every):.1%}, "
                   f"TPOT {statistics.median(abs(e) for _, e in every):.1%}")
+    for model, since in OUT_OF_SAMPLE.items():
+        fresh = [e for name, errors in groups.items() if name.startswith(f"{model} ") for e in errors]
+        before = [e for name, errors in groups.items() if not name.startswith(f"{model} ") for e in errors]
+        if fresh:
+            console.print(f"  {model} (out of sample, added {since}): {len(fresh)} runs, TTFT "
+                          f"{statistics.median(abs(e) for e, _ in fresh):.1%}, TPOT "
+                          f"{statistics.median(abs(e) for _, e in fresh):.1%}; the other models: {len(before)} runs, "
+                          f"TTFT {statistics.median(abs(e) for e, _ in before):.1%}, "
+                          f"TPOT {statistics.median(abs(e) for _, e in before):.1%}")
     for device in DEVICES.values():
         some = [e for name, errors in groups.items() if f", {device}, " in name for e in errors]
         if some:

@@ -49,6 +49,9 @@ TINY = {
     "mistral": dict(_DENSE, model_type="mistral", sliding_window=None),
     "minimax_m2": dict(_DENSE, model_type="minimax_m2", head_dim=16, num_local_experts=4, num_experts_per_tok=2,
                        rotary_dim=8),
+    "glm4_moe": dict(_DENSE, model_type="glm4_moe", head_dim=16, n_routed_experts=4, n_shared_experts=1,
+                     num_experts_per_tok=2, moe_intermediate_size=32, first_k_dense_replace=1, use_qk_norm=True,
+                     attention_bias=True, partial_rotary_factor=0.5),
     "deepseek_v3": dict(_MLA, model_type="deepseek_v3"),
     # the VL checkpoint's layout: the text model under text_config, a vision tower beside it
     "kimi_k25": {"model_type": "kimi_k25", "text_config": dict(_MLA, model_type="kimi_k2"),
@@ -56,7 +59,7 @@ TINY = {
                                        intermediate_size=48, patch_size=14, merge_kernel_size=[2, 2])},
 }
 DEFAULT_FAMILIES = ("llama", "qwen3_moe", "kimi_k25")
-MORE_FAMILIES = ("qwen3", "mixtral", "deepseek_v3", "qwen2", "mistral", "minimax_m2")
+MORE_FAMILIES = ("qwen3", "mixtral", "deepseek_v3", "qwen2", "mistral", "minimax_m2", "glm4_moe")
 
 
 def write_config(directory, family: str) -> str:

@@ -253,6 +253,26 @@ def test_minimax_m2s_query_and_key_norms_span_the_heads_and_all_reduce_their_sta
     assert "all_reduce (layers.*.self_attn)" not in qwen3
 
 
+def test_glm4_moe_prices_its_dense_first_layers_shared_expert_and_optional_query_key_norms(tmp_path) -> None:
+    """GLM-4.5-Air's published shape (106B total): one dense layer, then 45 of 128 routed experts
+    (top-8) beside a shared one; per-head query-key norms only where use_qk_norm is set."""
+    air = dict(model_type="glm4_moe", hidden_size=4096, intermediate_size=10944, moe_intermediate_size=1408,
+               num_hidden_layers=46, num_attention_heads=96, num_key_value_heads=8, head_dim=128,
+               n_routed_experts=128, n_shared_experts=1, num_experts_per_tok=8, first_k_dense_replace=1,
+               n_group=1, topk_group=1, vocab_size=151552, max_position_embeddings=131072, attention_bias=True,
+               partial_rotary_factor=0.5, use_qk_norm=False, tie_word_embeddings=False)
+    counts = {}
+    for qk_norm in (False, True):
+        path = tmp_path / f"glm-{qk_norm}.json"
+        path.write_text(json.dumps(dict(air, use_qk_norm=qk_norm)))
+        result = sim(model=str(path), device="H200", num_devices=8, num_queries=8, decode=True, context_length=1000)
+        counts[qk_norm] = {row.name: row.count for row in result.ops}
+        assert result.parameters_billion == pytest.approx(106.9, abs=0.2)
+    assert counts[False]["fused_moe (layers.*.mlp)"] == 45
+    assert "rms_norm (layers.*.self_attn.q_norm)" not in counts[False]
+    assert counts[True]["rms_norm (layers.*.self_attn.q_norm)"] == 46
+
+
 def test_a_sliding_window_shorter_than_the_context_is_named_as_priced_over_the_whole_context(tmp_path) -> None:
     path = tmp_path / "mistral-v0.1.json"
     path.write_text(json.dumps(dict(model_type="mistral", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,

@@ -38,7 +38,8 @@ def gqa(ctx: SimContext, config: Any, index: int, profile: ModelProfile) -> SimG
     return SimGQAAttention(
         ctx, hidden_size=config.hidden_size, num_heads=heads,
         num_kv_heads=getattr(config, "num_key_value_heads", None) or heads,
-        head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads, qk_norm=profile.attention_qk_norm,
+        head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
+        qk_norm=profile.attention_qk_norm or bool(getattr(config, "use_qk_norm", False)),  # GLM-4.x: per config
         qk_norm_across_heads=profile.attention_qk_norm_across_heads,
     )
 

@@ -49,6 +49,14 @@ PROFILES = (
         attention_qk_norm=True,
         attention_qk_norm_across_heads=True,
     ),
+    # GLM-4.5 to 4.7: query-key norms only where the config sets use_qk_norm (the gqa builder reads it)
+    ModelProfile(
+        model_type="glm4_moe",
+        decoder_layer_class="Glm4MoeDecoderLayer",
+        attention_class="Glm4MoeAttention",
+        moe_class="Glm4MoeMoE",
+        routed_experts_key="n_routed_experts",
+    ),
     ModelProfile(model_type="qwen2", decoder_layer_class="Qwen2DecoderLayer", attention_class="Qwen2Attention"),
     ModelProfile(model_type="mistral", decoder_layer_class="MistralDecoderLayer", attention_class="MistralAttention"),
 )
@@ -84,6 +92,7 @@ TRACEABLE_CLASSES: dict[str, tuple[str, str | None, str]] = {
     "mistral": ("transformers.models.mistral.modeling_mistral", None, "MistralRotaryEmbedding"),
     "minimax_m2": ("transformers.models.minimax_m2.modeling_minimax_m2", "MiniMaxM2Experts",
                    "MiniMaxM2RotaryEmbedding"),
+    "glm4_moe": ("transformers.models.glm4_moe.modeling_glm4_moe", "Glm4MoeExperts", "Glm4MoeRotaryEmbedding"),
 }
 
 

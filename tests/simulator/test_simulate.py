@@ -273,6 +273,23 @@ def test_glm4_moe_prices_its_dense_first_layers_shared_expert_and_optional_query
     assert counts[True]["rms_norm (layers.*.self_attn.q_norm)"] == 46
 
 
+def test_deepseek_v2_lite_prices_mla_without_a_query_lora_and_its_published_size(tmp_path) -> None:
+    """DeepSeek-V2-Lite (15.7B published): MLA whose queries skip the LoRA (one q_proj), a dense
+    first layer, then 64 routed experts (top-6) beside two shared ones."""
+    lite = dict(model_type="deepseek_v2", hidden_size=2048, intermediate_size=10944, moe_intermediate_size=1408,
+                num_hidden_layers=27, num_attention_heads=16, num_key_value_heads=16, q_lora_rank=None,
+                kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, n_routed_experts=64,
+                n_shared_experts=2, num_experts_per_tok=6, first_k_dense_replace=1, topk_method="greedy",
+                n_group=1, topk_group=1, vocab_size=102400, max_position_embeddings=163840, tie_word_embeddings=False)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(lite))
+    result = sim(model=str(path), device="H100", num_devices=1, num_queries=8, decode=True, context_length=1000)
+    names = {row.name: row.count for row in result.ops}
+    assert result.parameters_billion == pytest.approx(15.71, abs=0.02)
+    assert names["fused_moe (layers.*.mlp)"] == 26 and names["mla_attention (layers.*.self_attn)"] == 27
+    assert not any("q_a_proj" in name or "q_b_proj" in name for name in names)
+
+
 def test_a_sliding_window_shorter_than_the_context_is_named_as_priced_over_the_whole_context(tmp_path) -> None:
     path = tmp_path / "mistral-v0.1.json"
     path.write_text(json.dumps(dict(model_type="mistral", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,

@@ -22,6 +22,14 @@ PROFILES = (
         moe_class="DeepseekV3MoE",
         routed_experts_key="n_routed_experts",
     ),
+    ModelProfile(  # DeepSeek-V2, V2-Lite (no query LoRA), V2.5 and Coder-V2: V3's layers, softmax routing
+        model_type="deepseek_v2",
+        decoder_layer_class="DeepseekV2DecoderLayer",
+        attention_class="DeepseekV2Attention",
+        attention_kind="mla",
+        moe_class="DeepseekV2Moe",
+        routed_experts_key="n_routed_experts",
+    ),
     ModelProfile(
         model_type="qwen3_moe",
         decoder_layer_class="Qwen3MoeDecoderLayer",

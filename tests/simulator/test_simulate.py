@@ -409,6 +409,51 @@ def test_quantization_defaults_follow_the_checkpoint(kimi_default) -> None:
     assert "quantize_activation" in op_names(w4a8)
 
 
+@pytest.mark.parametrize(("config", "routed", "dense", "source"), [
+    ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "modules_to_not_convert": None},
+     ("W4A16", 4, 128), ("W4A16", 4, 128), "checkpoint awq int4 group 128"),
+    ({"quant_method": "gptq", "bits": 8, "group_size": -1, "desc_act": False},
+     ("W8A16", 8, None), ("W8A16", 8, None), "checkpoint gptq int8 channel"),
+    # MiniMax-M2.5-AWQ keeps its attention and router in 16 bits: only the experts are int4
+    ({"quant_method": "awq", "bits": 4, "group_size": 128,
+      "modules_to_not_convert": ["self_attn", "block_sparse_moe.gate", "model.layers.0."]},
+     ("W4A16", 4, 128), ("BF16", 16, None), "checkpoint awq int4 group 128"),
+])
+def test_awq_and_gptq_checkpoints_are_read_as_integer_groups(config, routed, dense, source) -> None:
+    from infercast.quant import plan_from_checkpoint
+
+    plan = plan_from_checkpoint(config)
+    assert (plan.routed_experts.name, plan.routed_experts.weight_bits, plan.routed_experts.group_size) == routed
+    assert (plan.dense.name, plan.dense.weight_bits, plan.dense.group_size) == dense
+    assert plan.source == source
+
+
+def test_an_awq_checkpoint_streams_a_quarter_of_its_16_bit_weights(tmp_path) -> None:
+    dims = dict(model_type="qwen2", hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                num_attention_heads=28, num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768,
+                tie_word_embeddings=False)
+    weights = {}
+    for name, extra in (("bf16", {}), ("awq", {"quantization_config": {"quant_method": "awq", "bits": 4,
+                                                                       "group_size": 128}})):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(dict(dims, **extra)))
+        weights[name] = sim(model=str(path), device="H100", num_devices=1, decode=True).memory_gib["weights"]
+    embeddings = 2 * 152064 * 3584 * 2 / 2**30  # the embedding and the head stay 16-bit
+    layers16, layers4 = weights["bf16"] - embeddings, weights["awq"] - embeddings
+    # half a byte a weight and a 2-byte scale a group of 128, against 2 bytes a weight (norms stay 16-bit)
+    assert layers4 / layers16 == pytest.approx((0.5 + 2 / 128) / 2, rel=0.01)
+
+
+def test_an_integer_checkpoint_of_unreadable_width_is_refused_by_name() -> None:
+    from infercast.quant import plan_from_checkpoint
+    from infercast_adapters import InfercastError
+
+    with pytest.raises(InfercastError, match=r"quantization_config.bits must be 2, 3, 4 or 8 for gptq, got 5"):
+        plan_from_checkpoint({"quant_method": "gptq", "bits": 5, "group_size": 128})
+    with pytest.raises(InfercastError, match=r"group_size must be a positive integer or -1 for awq, got 0"):
+        plan_from_checkpoint({"quant_method": "awq", "bits": 4, "group_size": 0})
+
+
 def test_two_batch_overlap_pays_only_when_communication_is_large() -> None:
     """Two micro-batches hide all-to-all time but launch every kernel twice and read the
     expert weights twice: a win at 256 requests per GPU over 9 nodes (M2's setting), a loss

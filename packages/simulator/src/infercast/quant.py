@@ -104,8 +104,8 @@ def plan_from_checkpoint(quantization_config: Any, profile: Any = None) -> Quant
     """The plan a checkpoint's ``quantization_config`` describes (BF16 when there is none).
 
     Understands compressed-tensors pack-quantized int groups (Kimi-K2.5: INT4 group-32 routed
-    experts, the ``ignore`` list keeping attention, shared experts and dense MLPs in bf16) and
-    FP8 block quantization (DeepSeek-V3: e4m3 weights in 128x128 blocks). Whether dense linears
+    experts, the ``ignore`` list keeping attention, shared experts and dense MLPs in bf16), FP8
+    block quantization (DeepSeek-V3: e4m3 weights in 128x128 blocks) and AWQ / GPTQ integer groups. Whether dense linears
     are ignored is asked of the checkpoint with the name of an attention output projection
     under the ``profile``'s layers path.
     """
@@ -143,10 +143,32 @@ def plan_from_checkpoint(quantization_config: Any, profile: Any = None) -> Quant
         dense_ignored = _matches(ignore, f"{layers_path}.1.self_attn.o_proj")
         dense = BF16 if dense_ignored else routed
         return QuantPlan(routed, dense, source=f"checkpoint compressed-tensors int{bits} group {group}")
+    if method in ("awq", "gptq"):
+        return _integer_groups(q, method, profile)
     raise InfercastError(
         f"checkpoint quantization_config has quant_method {method!r}, which infercast does not read; "
         f"pass --quantize-linear-action (one of {', '.join(ACTIONS)})"
     )
+
+
+def _integer_groups(q: dict, method: str, profile: Any) -> QuantPlan:
+    """AWQ and GPTQ checkpoints: integer weights in groups along K (``bits``, ``group_size``;
+    GPTQ's -1 is one scale a channel) for every decoder linear but those ``modules_to_not_convert``
+    names a part of (transformers' rule: a module is kept when one of them occurs in its name);
+    engines run them through Marlin (vLLM's and sglang's awq_marlin and gptq_marlin)."""
+    bits = q.get("bits", q.get("w_bit", 4))
+    group = q.get("group_size", q.get("q_group_size", 128))
+    if isinstance(bits, bool) or bits not in (2, 3, 4, 8):
+        raise InfercastError(f"quantization_config.bits must be 2, 3, 4 or 8 for {method}, got {bits!r}")
+    if isinstance(group, bool) or not isinstance(group, int) or group == 0 or group < -1:
+        raise InfercastError(f"quantization_config.group_size must be a positive integer or -1 for {method}, "
+                             f"got {group!r}")
+    kept = [str(m) for m in (q.get("modules_to_not_convert") or []) if m]
+    quantized = QuantScheme(f"W{bits}A16", bits, None if group == -1 else group, "bf16")
+    attention = f"{getattr(profile, 'layers_path', 'model.layers')}.1.self_attn.o_proj"
+    dense = BF16 if any(m in attention for m in kept) else quantized
+    per = "channel" if group == -1 else f"group {group}"
+    return QuantPlan(quantized, dense, source=f"checkpoint {method} int{bits} {per}")
 
 
 def plan_from_action(action: str) -> QuantPlan:

@@ -300,7 +300,29 @@ def test_a_sliding_window_shorter_than_the_context_is_named_as_priced_over_the_w
         return [note for note in result.notes if note.startswith("sliding-window attention")]
     assert notes(3000) == []
     (note,) = notes(8000)
-    assert "32 of 32 layers attend to the last 4,096 tokens" in note and "all 8,001" in note
+    assert "32 of 32 layers attend to the last 4,096 of the 8,001 tokens" in note
+
+
+def test_a_sliding_window_bounds_what_attention_reads_and_scores(tmp_path) -> None:
+    """Mistral-7B-v0.1 attends within 4,096 tokens: a decode step costs the same at 8K and 30K
+    of context, where v0.3 (no window, otherwise the same layers) keeps growing; a prefill scores
+    the window's (query, key) pairs only."""
+    from infercast.cost import attended_pairs
+
+    dims = dict(model_type="mistral", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                num_attention_heads=32, num_key_value_heads=8, vocab_size=32000, max_position_embeddings=32768)
+    steps = {}
+    for window in (4096, None):
+        path = tmp_path / f"w{window}.json"
+        path.write_text(json.dumps(dict(dims, sliding_window=window)))
+        steps[window] = [sim(model=str(path), device="H100", num_devices=1, decode=True, num_queries=8,
+                             context_length=c).step_latency_ms for c in (2000, 8000, 30000)]
+    assert steps[4096][0] == pytest.approx(steps[None][0])  # inside the window: no difference
+    assert steps[4096][1] == pytest.approx(steps[4096][2])
+    assert steps[None][2] > steps[None][1] > steps[4096][1]
+    # by hand: 10 new tokens over 5 cached within a window of 8 see 6, 7, 8, 8, ... keys
+    assert attended_pairs(1, 10, 15, True, 8) == 6 + 7 + 8 * 8
+    assert attended_pairs(2, 10, 15, True, 0) == 2 * (10 * 5 + 55)
 
 
 def test_larger_batches_take_longer_but_give_more_throughput() -> None:

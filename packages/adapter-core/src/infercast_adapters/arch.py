@@ -115,6 +115,16 @@ def sliding_window_layers(config: Any) -> tuple[int, int]:
     return (window, layers) if layers else (0, 0)
 
 
+def layer_window(config: Any, index: int) -> int:
+    """The sliding window decoder layer ``index`` of ``config`` attends within (tokens), by the
+    conventions of :func:`sliding_window_layers`; 0 where it attends to the whole context."""
+    window, layers = sliding_window_layers(config)
+    if not layers:
+        return 0
+    kinds = getattr(config, "layer_types", None)
+    return window if not kinds or kinds[index] == "sliding_attention" else 0
+
+
 def moe_layer_mask(config: Any) -> list[bool]:
     """Which decoder layers of ``config`` (a language-model config) have a routed-expert MLP,
     by the conventions the families' transformers code follows: DeepSeek-style

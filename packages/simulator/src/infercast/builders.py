@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from infercast_adapters import ConfigError, ModelProfile
-from infercast_adapters.arch import detect_moe_architecture, moe_layer_mask
+from infercast_adapters.arch import detect_moe_architecture, layer_window, moe_layer_mask
 
 from infercast.layers import (
     MoEShape,
@@ -40,7 +40,7 @@ def gqa(ctx: SimContext, config: Any, index: int, profile: ModelProfile) -> SimG
         num_kv_heads=getattr(config, "num_key_value_heads", None) or heads,
         head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
         qk_norm=profile.attention_qk_norm or bool(getattr(config, "use_qk_norm", False)),  # GLM-4.x: per config
-        qk_norm_across_heads=profile.attention_qk_norm_across_heads,
+        qk_norm_across_heads=profile.attention_qk_norm_across_heads, window=layer_window(config, index),
     )
 
 

@@ -157,22 +157,34 @@ def _quantize(record: OpRecord) -> OpCost:
 # -- attention ---------------------------------------------------------------------------
 
 
-def attended_pairs(num_seqs: int, q_len: int, kv_len: int, causal: bool) -> float:
+def attended_pairs(num_seqs: int, q_len: int, kv_len: int, causal: bool, window: int = 0) -> float:
     """(query, key) pairs scored: each new token sees the cached prefix plus, when causal,
-    the new tokens up to itself."""
+    the new tokens up to itself; within a sliding ``window``, at most its last ``window``."""
     if not causal:
         return float(num_seqs * q_len * kv_len)
     prefix = kv_len - q_len
+    if window and kv_len > window:  # query i (1..q) sees min(prefix + i, window) keys
+        full = max(0, min(q_len, window - prefix))  # the first queries, before the window fills
+        seen = full * prefix + full * (full + 1) / 2 + (q_len - full) * window
+        return float(num_seqs * seen)
     return float(num_seqs * (q_len * prefix + q_len * (q_len + 1) / 2))
+
+
+def window_kv_len(q_len: int, kv_len: int, window: int) -> int:
+    """The cached tokens a step's queries read within a sliding ``window`` (all where 0)."""
+    return min(kv_len, window + q_len - 1) if window else kv_len
 
 
 @register_cost("infercast::attention")
 def _attention(record: OpRecord) -> OpCost:
     q, k_cache, v_cache = record["q"], record["k_cache"], record["v_cache"]
     heads, qk_dim, v_dim = q.shape[1], q.shape[2], v_cache.shape[-1]
-    pairs = attended_pairs(record["num_seqs"], record["q_len"], record["kv_len"], record["causal"])
+    window = record.named.get("window", 0)
+    pairs = attended_pairs(record["num_seqs"], record["q_len"], record["kv_len"], record["causal"], window)
     flops = 2.0 * heads * pairs * (qk_dim + v_dim)
     kv_bytes = k_cache.nbytes + (v_cache.nbytes if v_cache is not k_cache else k_cache.nbytes)
+    if window:  # only the window's keys and values are read
+        kv_bytes *= window_kv_len(record["q_len"], record["kv_len"], window) / record["kv_len"]
     return OpCost(flops=flops, compute_dtype="bf16", bytes=q.nbytes + record.outputs[0].nbytes + kv_bytes,
                   kind="attention")
 

@@ -23,7 +23,7 @@ from typing import Any, Callable
 from infercast_adapters import InfercastError
 
 from infercast import analytic
-from infercast.cost import COMPUTE_DTYPE, OpCost, cache_itemsize, cost_of
+from infercast.cost import COMPUTE_DTYPE, OpCost, attended_pairs, cache_itemsize, cost_of, window_kv_len
 from infercast.devices import DeviceSpec
 from infercast.engines import Engine, HostCost, engine_named
 from infercast.kernels.aiconfigurator import EAGER_TIMED_GEMMS
@@ -373,9 +373,11 @@ def _attention_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Ph
     heads, head_dim, kv_heads = q.shape[1], q.shape[2], k_cache.shape[1]
     kv_key = 0 if kv_heads == heads else kv_heads
     seqs, q_len, kv_len = record["num_seqs"], record["q_len"], record["kv_len"]
+    window = record.named.get("window", 0)
     kv_dtype = _kv(k_cache.dtype)
     device = model.device
     if _decode_like(q_len, kv_len):
+        kv_len = window_kv_len(q_len, kv_len, window)  # within a sliding window a decode reads only it
         def shape(c):
             h, b, s = c
             return _attention_shape(device, h, kv_heads if kv_key else h, head_dim, b, 1, s, kv_dtype)
@@ -390,8 +392,10 @@ def _attention_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Ph
         return _attention_shape(device, h, kv_heads if kv_key else h, head_dim, b, s, s, kv_dtype)
 
     fp8_queries = model.engine.fp8_prefill_attention and prefills_over_fp8_cache(record)
+    # a sliding window scores fewer (query, key) pairs than the causal prefill the table times
+    windowed = attended_pairs(1, q_len, kv_len, True, window) / attended_pairs(1, q_len, kv_len, True)
     return Query("context_attention", ("fp8" if fp8_queries else "bf16", kv_dtype, head_dim, kv_key),
-                 (heads, kv_len, seqs), shape, _extend_share(q_len, kv_len), EXTRAPOLATED)
+                 (heads, kv_len, seqs), shape, _extend_share(q_len, kv_len) * windowed, EXTRAPOLATED)
 
 
 def _extend_share(q_len: int, kv_len: int) -> float:

@@ -323,16 +323,18 @@ class SimGQAAttention(SimModule):
 
     def __init__(self, ctx: SimContext, *, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int,
                  qk_norm: bool, bias: bool = False, input_size: int | None = None,
-                 qk_norm_across_heads: bool = False) -> None:
+                 qk_norm_across_heads: bool = False, window: int = 0) -> None:
         """``input_size``: width of the attention input when it is not ``hidden_size`` (an
         EAGLE3 draft layer reads 2 x hidden). ``qk_norm_across_heads``: the query and key norms
-        span all heads (MiniMax-M2), so TP ranks all-reduce each token's two sums of squares."""
+        span all heads (MiniMax-M2), so TP ranks all-reduce each token's two sums of squares.
+        ``window``: the layer's sliding window (0: it attends to the whole context)."""
         super().__init__()
         tp = ctx.parallel.tp
         self.ctx = ctx
         self.heads = _shard(num_heads, tp, "attention heads")
         self.kv_heads = max(1, num_kv_heads // tp)  # KV heads are replicated when TP exceeds them
         self.head_dim = head_dim
+        self.window = window
         width = input_size or hidden_size
         self.qkv_proj = SimLinear(width, (self.heads + 2 * self.kv_heads) * head_dim, ctx.quant.dense)
         self.qkv_proj.logical_params = width * (num_heads + 2 * num_kv_heads) * head_dim
@@ -379,7 +381,8 @@ class SimGQAAttention(SimModule):
         ctx = self.ctx
         cached = ctx.requests * ctx.workload.kv_length
         k_cache = torch.empty(cached, self.kv_heads, self.head_dim, dtype=ctx.kv_cache_dtype, device=META)
-        return OPS.attention(q, k_cache, k_cache, ctx.requests, ctx.workload.query_length, ctx.workload.kv_length, True)
+        return OPS.attention(q, k_cache, k_cache, ctx.requests, ctx.workload.query_length, ctx.workload.kv_length, True,
+                             self.window)
 
 
 class SimMLAAttention(SimModule):
@@ -602,8 +605,9 @@ class SimDecoderLayer(SimModule):
 
     def signature(self) -> tuple:
         """With all-reduce fusion the first layer traces apart: its input norm follows the
-        embedding, not a fused all-reduce."""
-        return super().signature(), self.index == 0 and self.ctx.all_reduce_fusion_tokens > 0
+        embedding, not a fused all-reduce; a sliding-window layer traces apart from a full one."""
+        return (super().signature(), self.index == 0 and self.ctx.all_reduce_fusion_tokens > 0,
+                getattr(self.self_attn, "window", 0))
 
     def forward(self, h: torch.Tensor, residual: torch.Tensor, *,
                 first: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:

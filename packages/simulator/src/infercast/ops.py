@@ -64,15 +64,17 @@ def _(x, dtype):
 
 @torch.library.custom_op("infercast::attention", mutates_args=())
 def attention(
-    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, num_seqs: int, q_len: int, kv_len: int, causal: bool
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, num_seqs: int, q_len: int, kv_len: int, causal: bool,
+    window: int = 0,
 ) -> torch.Tensor:
     """Paged/flash attention: q [T, Hq, D] over each sequence's kv_len cached tokens
-    (caches [num_seqs*kv_len, Hkv, D]); ``causal`` within the q_len new tokens."""
+    (caches [num_seqs*kv_len, Hkv, D]); ``causal`` within the q_len new tokens; ``window`` > 0:
+    each query attends to its last ``window`` tokens only (sliding-window attention)."""
     raise NotImplementedError
 
 
 @attention.register_fake
-def _(q, k_cache, v_cache, num_seqs, q_len, kv_len, causal):
+def _(q, k_cache, v_cache, num_seqs, q_len, kv_len, causal, window=0):
     return q.new_empty(q.shape[0], q.shape[1], v_cache.shape[-1])
 
 

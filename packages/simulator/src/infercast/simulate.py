@@ -193,8 +193,9 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     window, windowed = sliding_window_layers(text)
     if windowed and window < context + query_length:
         result.notes.append(f"sliding-window attention: {windowed} of {text.num_hidden_layers} layers attend to the "
-                            f"last {window:,} tokens only; infercast prices every layer's attention and cache over "
-                            f"all {context + query_length:,}, more than an engine that honours the window reads")
+                            f"last {window:,} of the {context + query_length:,} tokens, priced so; their KV cache is "
+                            "held for the whole context, as engines without a hybrid cache allocator hold it (vLLM's "
+                            "and sglang's for such models keep only the window, so more requests fit there)")
     if user.model is None:
         entry = next((ref for ref, _ in manager.models() if ref.ref == model_ref), None)
         result.notes.append(f"no model given: simulated the default, {model_ref}"

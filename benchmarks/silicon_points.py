@@ -74,8 +74,9 @@ MODELS = {  # (the CSV's model, precision) -> (infercast model, --quantize-linea
     ("deepseek-ai/DeepSeek-V3", "fp8"): ("deepseek-ai/DeepSeek-V3", None),
     ("moonshotai/Kimi-K2.5", "int4"): ("moonshotai/Kimi-K2.5", None),
     ("MiniMaxAI/MiniMax-M2.5", "fp8"): ("MiniMaxAI/MiniMax-M2.5", None),
+    ("openai/gpt-oss-120b", "fp4"): ("openai/gpt-oss-120b", None),  # the CSV's fp4: its MXFP4 experts
 }
-OUT_OF_SAMPLE = {"MiniMax-M2.5": "2026-11-27"}
+OUT_OF_SAMPLE = {"MiniMax-M2.5": "2026-11-27", "gpt-oss-120b": "2026-11-27"}
 """Models whose runs first entered this benchmark after the modelling they check was done (the
 date the family was added): they are reported on their own as well as in the totals."""
 DEVICES = {"h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200"}
@@ -186,7 +187,10 @@ def recipe(row: dict) -> Recipe:
       runs): ``--kv-cache-dtype fp8``, ``--max-num-batched-tokens`` 16,384 up to 32 clients and
       32,768 from 64, ``--max-num-seqs 512``, ``--enable-expert-parallel`` where the row gives EP;
       its ``--moe-backend triton`` is the kernel infercast prices for vLLM's FP8-block MoE, while its
-      ``--attention-backend FLASHINFER`` is priced from vLLM's default attention tables."""
+      ``--attention-backend FLASHINFER`` is priced from vLLM's default attention tables;
+    - vLLM gpt-oss-120b (``gptoss_fp4_h200.sh``, one version stored): ``max-num-batched-tokens
+      8192``, ``--max-num-seqs`` the clients, a bf16 cache, ``VLLM_MXFP4_USE_MARLIN=1`` (the tables
+      time the MXFP4 MoE with Triton only, which prices it)."""
     clients, tp = int(row["batch_size"]), int(row["tp_size"])
     if row["backend"] == "sglang" and row["model_path"].startswith("deepseek-ai/"):
         if row["system"] == "b200_sxm":
@@ -199,6 +203,8 @@ def recipe(row: dict) -> Recipe:
         return Recipe(8192, clients, kv_cache_dtype="fp8")
     if row["backend"] == "vllm" and row["model_path"] == "MiniMaxAI/MiniMax-M2.5":
         return Recipe(16384 if clients <= 32 else 32768, clients, kv_cache_dtype="fp8")
+    if row["backend"] == "vllm" and row["model_path"] == "openai/gpt-oss-120b":
+        return Recipe(8192, clients)
     return Recipe(max_running=clients)
 
 
@@ -290,15 +296,18 @@ def main() -> int:
     every = [e for errors in groups.values() for e in errors]
     console.print(f"median |error| over {len(every)} runs: TTFT {statistics.median(abs(e) for e, _ in every):.1%}, "
                   f"TPOT {statistics.median(abs(e) for _, e in every):.1%}")
+    def medians(runs: list) -> str:
+        return (f"{len(runs)} runs, TTFT {statistics.median(abs(e) for e, _ in runs):.1%}, "
+                f"TPOT {statistics.median(abs(e) for _, e in runs):.1%}")
+
+    fresh_names = tuple(f"{model} " for model in OUT_OF_SAMPLE)
+    checked = [e for name, errors in groups.items() if not name.startswith(fresh_names) for e in errors]
+    if checked and len(checked) < len(every):
+        console.print(f"  the models checked before {max(OUT_OF_SAMPLE.values())}: {medians(checked)}")
     for model, since in OUT_OF_SAMPLE.items():
         fresh = [e for name, errors in groups.items() if name.startswith(f"{model} ") for e in errors]
-        before = [e for name, errors in groups.items() if not name.startswith(f"{model} ") for e in errors]
         if fresh:
-            console.print(f"  {model} (out of sample, added {since}): {len(fresh)} runs, TTFT "
-                          f"{statistics.median(abs(e) for e, _ in fresh):.1%}, TPOT "
-                          f"{statistics.median(abs(e) for _, e in fresh):.1%}; the other models: {len(before)} runs, "
-                          f"TTFT {statistics.median(abs(e) for e, _ in before):.1%}, "
-                          f"TPOT {statistics.median(abs(e) for _, e in before):.1%}")
+            console.print(f"  {model} (out of sample, added {since}): {medians(fresh)}")
     for device in DEVICES.values():
         some = [e for name, errors in groups.items() if f", {device}, " in name for e in errors]
         if some:

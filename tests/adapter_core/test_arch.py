@@ -19,6 +19,7 @@ from infercast_adapters.arch import detect_moe_architecture, experts_are_fused, 
         ("mixtral", "mixtral", 8, 2, 0, "softmax_topk"),
         ("glm4_moe", "glm4_moe", 128, 8, 1, "sigmoid_grouped_topk"),
         ("minimax_m2", "minimax_m2", 256, 8, 0, "sigmoid_topk"),
+        ("gpt_oss", "gpt_oss", 128, 4, 0, "softmax_topk"),
     ],
 )
 def test_detects_each_family(model_type, family, experts, top_k, shared, router) -> None:
@@ -28,7 +29,7 @@ def test_detects_each_family(model_type, family, experts, top_k, shared, router)
     assert arch.family == family and arch.router == router
     if experts is not None:
         assert (arch.num_experts, arch.top_k, arch.num_shared_experts) == (experts, top_k, shared)
-    assert arch.expert_intermediate_size == (text.intermediate_size if model_type in ("mixtral", "minimax_m2")
+    assert arch.expert_intermediate_size == (text.intermediate_size if model_type in ("mixtral", "minimax_m2", "gpt_oss")
                                              else text.moe_intermediate_size)
 
 
@@ -39,6 +40,7 @@ def test_detects_each_family(model_type, family, experts, top_k, shared, router)
     ("qwen2", {"num_hidden_layers": 4, "sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 1},
      (4096, 3)),  # the layers from max_window_layers on
     ("llama", {"num_hidden_layers": 4}, (0, 0)),
+    ("gpt_oss", {"num_hidden_layers": 4}, (128, 2)),  # alternating, layer_types from the config class
 ])
 def test_sliding_window_layers_follow_transformers_conventions(model_type, values, expected) -> None:
     assert sliding_window_layers(AutoConfig.for_model(model_type, **values)) == expected

@@ -14,7 +14,7 @@ from infercast.simulate import UserInput, simulate
 from ..grids import grid
 
 MODELS = ("llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "qwen3-32b", "mixtral-8x7b", "qwen3-235b-a22b",
-          "minimax-m2.5", "deepseek-v3", "kimi-k2.5")
+          "minimax-m2.5", "gpt-oss-120b", "deepseek-v3", "kimi-k2.5")
 DEVICES = ("A100", "H100", "H200", "H20", "B200")
 ENGINES = ("sglang", "vllm", "trtllm")
 QUANTIZATIONS = (None, "FP8", "FP8_BLOCK", "W4A16")

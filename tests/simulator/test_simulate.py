@@ -290,6 +290,23 @@ def test_deepseek_v2_lite_prices_mla_without_a_query_lora_and_its_published_size
     assert not any("q_a_proj" in name or "q_b_proj" in name for name in names)
 
 
+def test_gpt_oss_alternates_windowed_and_full_attention_over_mxfp4_experts() -> None:
+    """gpt-oss-120b (116.8B published; 20b: 20.9B): half its layers attend within 128 tokens, so
+    from 4K to 32K of context only the other half's attention grows; its experts are MXFP4."""
+    def attention_rows(context: int) -> list[tuple[int, float]]:
+        result = sim(model="gpt-oss-120b", device="H200", num_devices=1, decode=True, num_queries=8,
+                     context_length=context)
+        assert "routed experts MXFP4" in result.quantization
+        return sorted((row.count, row.total_ms) for row in result.ops if row.name == "attention (layers.*.self_attn)")
+    short, long = attention_rows(4096), attention_rows(32768)
+    assert [count for count, _ in short] == [18, 18]
+    (windowed_short, full_short), (windowed_long, full_long) = sorted(short, key=lambda r: r[1]), sorted(
+        long, key=lambda r: r[1])
+    assert windowed_long[1] == pytest.approx(windowed_short[1]) and full_long[1] > 4 * full_short[1]
+    assert sim(model="gpt-oss-120b", decode=True).parameters_billion == pytest.approx(116.8, abs=0.1)
+    assert sim(model="gpt-oss-20b", decode=True).parameters_billion == pytest.approx(20.9, abs=0.1)
+
+
 def test_a_sliding_window_shorter_than_the_context_is_named_as_priced_over_the_whole_context(tmp_path) -> None:
     path = tmp_path / "mistral-v0.1.json"
     path.write_text(json.dumps(dict(model_type="mistral", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,

@@ -55,6 +55,7 @@ _FAMILIES = (
             "shared_expert_intermediate_size", None),
     _Family("mixtral", ("mixtral",), "num_local_experts", "intermediate_size", None, None, None, None),
     _Family("minimax_m2", ("minimax_m2",), "num_local_experts", "intermediate_size", None, None, None, None),
+    _Family("gpt_oss", ("gpt_oss",), "num_local_experts", "intermediate_size", None, None, None, None),
 )
 
 SUPPORTED_MOE_MODEL_TYPES = tuple(t for f in _FAMILIES for t in f.model_types)

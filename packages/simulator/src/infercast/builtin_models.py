@@ -65,6 +65,15 @@ PROFILES = (
         moe_class="Glm4MoeMoE",
         routed_experts_key="n_routed_experts",
     ),
+    # gpt-oss: every other layer attends within 128 tokens (layer_types), each head with a learned
+    # sink logit (a value per head, not priced); 4 of the routed experts a token
+    ModelProfile(
+        model_type="gpt_oss",
+        decoder_layer_class="GptOssDecoderLayer",
+        attention_class="GptOssAttention",
+        moe_class="GptOssMLP",
+        routed_experts_key="num_local_experts",
+    ),
     ModelProfile(model_type="qwen2", decoder_layer_class="Qwen2DecoderLayer", attention_class="Qwen2Attention"),
     ModelProfile(model_type="mistral", decoder_layer_class="MistralDecoderLayer", attention_class="MistralAttention"),
 )
@@ -210,6 +219,26 @@ _MINIMAX_M25 = {
                             "modules_to_not_convert": ["gate", "e_score_correction_bias", "lm_head"]},
 }
 
+# gpt-oss-120b: 36 layers alternating a 128-token sliding window and full attention (64 query
+# heads of 64, 8 KV heads), 128 routed experts 2,880 wide (top-4) stored in MXFP4.
+_GPT_OSS_120B = {
+    "model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"],
+    "vocab_size": 201088, "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 36,
+    "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "num_local_experts": 128,
+    "num_experts_per_tok": 4, "sliding_window": 128,
+    "layer_types": ["sliding_attention", "full_attention"] * 18, "attention_bias": True,
+    "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+    "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                     "original_max_position_embeddings": 4096},
+    "rope_theta": 150000.0, "swiglu_limit": 7.0,
+    "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]},
+}
+
+# gpt-oss-20b: the same layers, 24 of them, 32 experts.
+_GPT_OSS_20B = dict(_GPT_OSS_120B, num_hidden_layers=24, num_local_experts=32,
+                    layer_types=["sliding_attention", "full_attention"] * 12)
+
 # The EAGLE-3 authors' draft for Llama-3.1-8B-Instruct (its published config.json): one
 # Llama-style layer at the target's width reading 3 aux layers, a 32,000-token draft vocabulary.
 _LLAMA_31_8B_EAGLE3 = dict(_LLAMA_31_8B, architectures=["LlamaForCausalLMEagle3"], num_hidden_layers=1,
@@ -228,6 +257,8 @@ BUNDLED: dict[str, dict] = {
     "Qwen/Qwen2.5-72B-Instruct": _QWEN25_72B,
     "mistralai/Mistral-7B-Instruct-v0.3": _MISTRAL_7B_V03,
     "MiniMaxAI/MiniMax-M2.5": _MINIMAX_M25,
+    "openai/gpt-oss-120b": _GPT_OSS_120B,
+    "openai/gpt-oss-20b": _GPT_OSS_20B,
 }
 
 ALIASES: dict[str, str] = {
@@ -246,6 +277,8 @@ ALIASES: dict[str, str] = {
     "mistral-7b": "mistralai/Mistral-7B-Instruct-v0.3",
     "mistralai/Mistral-7B-v0.3": "mistralai/Mistral-7B-Instruct-v0.3",
     "minimax-m2.5": "MiniMaxAI/MiniMax-M2.5",
+    "gpt-oss-120b": "openai/gpt-oss-120b",
+    "gpt-oss-20b": "openai/gpt-oss-20b",
 }
 
 

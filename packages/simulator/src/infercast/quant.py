@@ -105,7 +105,8 @@ def plan_from_checkpoint(quantization_config: Any, profile: Any = None) -> Quant
 
     Understands compressed-tensors pack-quantized int groups (Kimi-K2.5: INT4 group-32 routed
     experts, the ``ignore`` list keeping attention, shared experts and dense MLPs in bf16), FP8
-    block quantization (DeepSeek-V3: e4m3 weights in 128x128 blocks) and AWQ / GPTQ integer groups. Whether dense linears
+    block quantization (DeepSeek-V3: e4m3 weights in 128x128 blocks), AWQ / GPTQ integer groups and
+    gpt-oss's MXFP4 experts. Whether dense linears
     are ignored is asked of the checkpoint with the name of an attention output projection
     under the ``profile``'s layers path.
     """
@@ -145,6 +146,8 @@ def plan_from_checkpoint(quantization_config: Any, profile: Any = None) -> Quant
         return QuantPlan(routed, dense, source=f"checkpoint compressed-tensors int{bits} group {group}")
     if method in ("awq", "gptq"):
         return _integer_groups(q, method, profile)
+    if method == "mxfp4":  # gpt-oss: MXFP4 experts; attention, router, embeddings and head in bf16
+        return QuantPlan(SCHEMES["MXFP4"], BF16, source="checkpoint mxfp4 experts")
     raise InfercastError(
         f"checkpoint quantization_config has quant_method {method!r}, which infercast does not read; "
         f"pass --quantize-linear-action (one of {', '.join(ACTIONS)})"

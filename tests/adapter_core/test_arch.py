@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 from transformers import AutoConfig
@@ -43,7 +45,14 @@ def test_detects_each_family(model_type, family, experts, top_k, shared, router)
     ("gpt_oss", {"num_hidden_layers": 4}, (128, 2)),  # alternating, layer_types from the config class
 ])
 def test_sliding_window_layers_follow_transformers_conventions(model_type, values, expected) -> None:
-    assert sliding_window_layers(AutoConfig.for_model(model_type, **values)) == expected
+    config = AutoConfig.for_model(model_type, **values)
+    assert sliding_window_layers(config) == expected
+    # the same values as a plain config (no layer_types derived): the same answer
+    plain = {k: getattr(config, k) for k in ("num_hidden_layers", "sliding_window", "use_sliding_window",
+                                             "max_window_layers") if hasattr(config, k)}
+    if model_type == "gpt_oss":
+        plain["layer_types"] = config.layer_types
+    assert sliding_window_layers(types.SimpleNamespace(**plain)) == expected
 
 
 def test_deepseek_v3_sizes_and_dense_layers() -> None:

@@ -186,12 +186,13 @@ def test_launch_commands_load_the_model_an_engine_can_find(tmp_path) -> None:
     the model reference behind it, and a config.json's directory rather than the file."""
     config = Config(Layout(8, 8, 1, 1), None, 8, None)
     loaded = {"deepseek-r1": "deepseek-ai/DeepSeek-R1", "Llama-3.1-70B": "meta-llama/Llama-3.1-70B-Instruct",
-              "meta-llama/Llama-3.1-8B": "meta-llama/Llama-3.1-8B-Instruct", SMALL.model: SMALL.model}
-    checkpoint = tmp_path / "my-model"
+              # a base model's hub id is served as asked, though its architecture is read from the Instruct one
+              "meta-llama/Llama-3.1-8B": "meta-llama/Llama-3.1-8B", SMALL.model: SMALL.model}
+    checkpoint = tmp_path / "gpt-oss-20b"  # a local directory named like an alias is the directory
     checkpoint.mkdir()
     (checkpoint / "config.json").write_text("{}")
-    loaded[str(checkpoint / "config.json")] = str(checkpoint)
-    loaded[str(checkpoint)] = str(checkpoint)
+    loaded[str(checkpoint / "config.json")] = str(checkpoint.resolve())
+    loaded[str(checkpoint)] = str(checkpoint.resolve())
     for given, expected in loaded.items():
         commands = launch_commands(replace(SMALL, model=given), config, 8, expert_dtype="bf16", cuda_arch=90)
         sglang, vllm, trt = commands["sglang"], commands["vllm"], commands["trtllm"]

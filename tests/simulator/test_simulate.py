@@ -222,7 +222,9 @@ def test_kv_cache_grows_linearly_with_context() -> None:
 
 
 def test_qwen2_and_mistral_price_as_the_llama_layers_they_are(tmp_path) -> None:
-    """Both families are Llama's decoder with other defaults: the same widths give the same step."""
+    """Both families are Llama's decoder with other defaults: the same widths give the same step.
+    Qwen2's query, key and value biases are not priced (a vector add each, which engines fold
+    into the projection's epilogue)."""
     dims = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
                 num_key_value_heads=8, vocab_size=32768, max_position_embeddings=32768, rms_norm_eps=1e-5,
                 tie_word_embeddings=False)
@@ -307,7 +309,7 @@ def test_gpt_oss_alternates_windowed_and_full_attention_over_mxfp4_experts() -> 
     assert sim(model="gpt-oss-20b", decode=True).parameters_billion == pytest.approx(20.9, abs=0.1)
 
 
-def test_a_sliding_window_shorter_than_the_context_is_named_as_priced_over_the_whole_context(tmp_path) -> None:
+def test_a_sliding_window_shorter_than_the_context_is_named_with_what_is_held_in_full(tmp_path) -> None:
     path = tmp_path / "mistral-v0.1.json"
     path.write_text(json.dumps(dict(model_type="mistral", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                                     num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
@@ -489,8 +491,16 @@ def test_an_integer_checkpoint_of_unreadable_width_is_refused_by_name() -> None:
 
     with pytest.raises(InfercastError, match=r"quantization_config.bits must be 2, 3, 4 or 8 for gptq, got 5"):
         plan_from_checkpoint({"quant_method": "gptq", "bits": 5, "group_size": 128})
+    with pytest.raises(InfercastError, match=r"bits must be 2, 3, 4 or 8 for awq, got 4.0"):
+        plan_from_checkpoint({"quant_method": "awq", "bits": 4.0, "group_size": 128})
     with pytest.raises(InfercastError, match=r"group_size must be a positive integer or -1 for awq, got 0"):
         plan_from_checkpoint({"quant_method": "awq", "bits": 4, "group_size": 0})
+    with pytest.raises(InfercastError, match=r"modules_to_not_convert must be a list of module names for awq"):
+        plan_from_checkpoint({"quant_method": "awq", "bits": 4, "group_size": 128, "modules_to_not_convert": "lm_head"})
+    # an entry naming one layer keeps that layer (not priced), not every layer's linears
+    plan = plan_from_checkpoint({"quant_method": "awq", "bits": 4, "group_size": 128,
+                                 "modules_to_not_convert": ["model.layers.1", "lm_head"]})
+    assert plan.dense.name == "W4A16"
 
 
 def test_two_batch_overlap_pays_only_when_communication_is_large() -> None:

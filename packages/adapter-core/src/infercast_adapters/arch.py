@@ -99,31 +99,38 @@ def detect_moe_architecture(config: Any) -> MoEArchitecture:
     )
 
 
+def _sliding(config: Any) -> tuple[int, list[bool]]:
+    """The window and, per decoder layer, whether it slides: ``layer_types`` where the config
+    lists them (gpt-oss; transformers derives them for Qwen2), else transformers' own rules on
+    the plain fields: no layer slides when ``use_sliding_window`` is off, the layers from
+    ``max_window_layers`` on slide where it is given (Qwen2), every layer otherwise (Mistral)."""
+    window = int(getattr(config, "sliding_window", None) or 0)
+    count = int(config.num_hidden_layers)
+    kinds = getattr(config, "layer_types", None)
+    if not window:
+        return 0, [False] * count
+    if kinds:
+        return window, [kind == "sliding_attention" for kind in kinds]
+    if not getattr(config, "use_sliding_window", True):
+        return window, [False] * count
+    first = getattr(config, "max_window_layers", None)
+    return window, [first is None or i >= first for i in range(count)]
+
+
 def sliding_window_layers(config: Any) -> tuple[int, int]:
     """``(window, layers)``: how many decoder layers of ``config`` (a language-model config)
-    attend only to the last ``window`` tokens. From ``layer_types`` where the config lists them
-    (transformers derives them for Qwen2 from ``use_sliding_window`` and ``max_window_layers``),
-    else every layer when ``sliding_window`` is set and ``use_sliding_window`` does not switch it
-    off (Mistral); ``(0, 0)`` where every layer attends to the whole context."""
-    window = int(getattr(config, "sliding_window", None) or 0)
-    if not window:
-        return 0, 0
-    kinds = getattr(config, "layer_types", None)
-    if kinds:
-        layers = sum(kind == "sliding_attention" for kind in kinds)
-    else:
-        layers = int(config.num_hidden_layers) if getattr(config, "use_sliding_window", True) else 0
+    attend only to the last ``window`` tokens (:func:`_sliding`); ``(0, 0)`` where every layer
+    attends to the whole context."""
+    window, slides = _sliding(config)
+    layers = sum(slides)
     return (window, layers) if layers else (0, 0)
 
 
 def layer_window(config: Any, index: int) -> int:
-    """The sliding window decoder layer ``index`` of ``config`` attends within (tokens), by the
-    conventions of :func:`sliding_window_layers`; 0 where it attends to the whole context."""
-    window, layers = sliding_window_layers(config)
-    if not layers:
-        return 0
-    kinds = getattr(config, "layer_types", None)
-    return window if not kinds or kinds[index] == "sliding_attention" else 0
+    """The sliding window decoder layer ``index`` of ``config`` attends within (tokens); 0 where
+    it attends to the whole context."""
+    window, slides = _sliding(config)
+    return window if slides[index] else 0
 
 
 def moe_layer_mask(config: Any) -> list[bool]:

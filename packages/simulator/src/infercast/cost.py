@@ -160,7 +160,7 @@ def _quantize(record: OpRecord) -> OpCost:
 def attended_pairs(num_seqs: int, q_len: int, kv_len: int, causal: bool, window: int = 0) -> float:
     """(query, key) pairs scored: each new token sees the cached prefix plus, when causal,
     the new tokens up to itself; within a sliding ``window``, at most its last ``window``."""
-    if not causal:
+    if not causal:  # a window applies to causal attention (no caller combines them)
         return float(num_seqs * q_len * kv_len)
     prefix = kv_len - q_len
     if window and kv_len > window:  # query i (1..q) sees min(prefix + i, window) keys
@@ -183,7 +183,7 @@ def _attention(record: OpRecord) -> OpCost:
     pairs = attended_pairs(record["num_seqs"], record["q_len"], record["kv_len"], record["causal"], window)
     flops = 2.0 * heads * pairs * (qk_dim + v_dim)
     kv_bytes = k_cache.nbytes + (v_cache.nbytes if v_cache is not k_cache else k_cache.nbytes)
-    if window:  # only the window's keys and values are read
+    if window and record["causal"]:  # only the window's keys and values are read
         kv_bytes *= window_kv_len(record["q_len"], record["kv_len"], window) / record["kv_len"]
     return OpCost(flops=flops, compute_dtype="bf16", bytes=q.nbytes + record.outputs[0].nbytes + kv_bytes,
                   kind="attention")

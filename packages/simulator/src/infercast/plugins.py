@@ -60,18 +60,23 @@ def known_model_refs(manager: AdapterManager | None = None) -> list[str]:
 
 
 def served_model(model: str, manager: AdapterManager | None = None) -> str:
-    """What an engine's launch command loads for ``model``: an alias's model reference
-    (``deepseek-r1`` -> ``deepseek-ai/DeepSeek-R1``), a ``config.json``'s directory, else ``model``
-    as given (a hub id or a model directory)."""
+    """What an engine's launch command loads for ``model``, read as the config loaders read it:
+    a local path first (a ``config.json`` becomes its directory, made absolute), then a short
+    alias (``deepseek-r1`` -> ``deepseek-ai/DeepSeek-R1``); a hub id stays as given, even one the
+    bundle resolves to another checkpoint's architecture (a base model to its Instruct twin)."""
     from pathlib import Path
 
+    from infercast_adapters.config import _looks_like_path
+
+    if _looks_like_path(model):
+        path = Path(model).expanduser().resolve()
+        return str(path.parent if path.suffix == ".json" else path)
+    if "/" in model:
+        return model
     lowered = model.lower()
     for ref, _ in (manager or get_manager()).models():
-        if model == ref.ref or model in ref.aliases or lowered in (alias.lower() for alias in ref.aliases):
+        if lowered in (alias.lower() for alias in ref.aliases):
             return ref.ref
-    path = Path(model)
-    if path.suffix == ".json" and path.is_file():
-        return str(path.parent)
     return model
 
 

@@ -157,19 +157,26 @@ def plan_from_checkpoint(quantization_config: Any, profile: Any = None) -> Quant
 def _integer_groups(q: dict, method: str, profile: Any) -> QuantPlan:
     """AWQ and GPTQ checkpoints: integer weights in groups along K (``bits``, ``group_size``;
     GPTQ's -1 is one scale a channel) for every decoder linear but those ``modules_to_not_convert``
-    names a part of (transformers' rule: a module is kept when one of them occurs in its name);
-    engines run them through Marlin (vLLM's and sglang's awq_marlin and gptq_marlin)."""
+    names a part of (transformers' rule: a module is kept when one of them occurs in its name).
+    The plan has one scheme for the routed experts and one for the other linears, decided on a
+    typical layer's attention output projection, so entries naming single layers
+    (``model.layers.0.``) are not priced. Engines run 4- and 8-bit groups through Marlin (vLLM's
+    and sglang's awq_marlin and gptq_marlin)."""
     bits = q.get("bits", q.get("w_bit", 4))
     group = q.get("group_size", q.get("q_group_size", 128))
-    if isinstance(bits, bool) or bits not in (2, 3, 4, 8):
+    if isinstance(bits, bool) or not isinstance(bits, int) or bits not in (2, 3, 4, 8):
         raise InfercastError(f"quantization_config.bits must be 2, 3, 4 or 8 for {method}, got {bits!r}")
     if isinstance(group, bool) or not isinstance(group, int) or group == 0 or group < -1:
         raise InfercastError(f"quantization_config.group_size must be a positive integer or -1 for {method}, "
                              f"got {group!r}")
-    kept = [str(m) for m in (q.get("modules_to_not_convert") or []) if m]
+    kept = q.get("modules_to_not_convert") or []
+    if not isinstance(kept, list) or not all(isinstance(m, str) for m in kept):
+        raise InfercastError(f"quantization_config.modules_to_not_convert must be a list of module names for "
+                             f"{method}, got {kept!r}")
     quantized = QuantScheme(f"W{bits}A16", bits, None if group == -1 else group, "bf16")
-    attention = f"{getattr(profile, 'layers_path', 'model.layers')}.1.self_attn.o_proj"
-    dense = BF16 if any(m in attention for m in kept) else quantized
+    # a layer index no per-layer entry names: "model.layers.1" would also keep layers 10-19
+    attention = f"{getattr(profile, 'layers_path', 'model.layers')}.99999.self_attn.o_proj"
+    dense = BF16 if any(m and m in attention for m in kept) else quantized
     per = "channel" if group == -1 else f"group {group}"
     return QuantPlan(quantized, dense, source=f"checkpoint {method} int{bits} {per}")
 

@@ -10,7 +10,6 @@ from typing import Callable
 from infercast_adapters import ModelProfile, ModelRef, SpecOption, hookimpl
 from infercast_eagle3.config import ADD_ONE_IF_FIRST_IS_ONE
 
-from infercast_kimi_k25 import class_patches as _class_patches
 from infercast_kimi_k25 import config_patches as _config_patches
 from infercast_kimi_k25.architecture import (
     ALIASES,
@@ -123,4 +122,6 @@ def infercast_patch_config(config) -> None:
 def infercast_class_patches(config):
     if getattr(config, "model_type", None) != MODEL_TYPE:
         return None
-    return _class_patches.class_patches(config)
+    from infercast_kimi_k25 import class_patches  # imports torch: only when a Kimi model is exported
+
+    return class_patches.class_patches(config)

@@ -10,21 +10,21 @@ with its own layers, register builders for new keys from an adapter (docs/hooks.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infercast_adapters import ConfigError, ModelProfile
 from infercast_adapters.arch import detect_moe_architecture, layer_window, moe_layer_mask
 
-from infercast.layers import (
-    MoEShape,
-    SimContext,
-    SimEmbedding,
-    SimGQAAttention,
-    SimLMHead,
-    SimMLAAttention,
-    SimMLP,
-    SimMoE,
-)
+if TYPE_CHECKING:  # the layers import torch: registering these builders (every plugin listing) must not
+    from infercast.layers import (
+        SimContext,
+        SimEmbedding,
+        SimGQAAttention,
+        SimLMHead,
+        SimMLAAttention,
+        SimMLP,
+        SimMoE,
+    )
 
 
 def default_plan(config: Any, profile: ModelProfile) -> list[tuple[str, str]]:
@@ -34,6 +34,8 @@ def default_plan(config: Any, profile: ModelProfile) -> list[tuple[str, str]]:
 
 
 def gqa(ctx: SimContext, config: Any, index: int, profile: ModelProfile) -> SimGQAAttention:
+    from infercast.layers import SimGQAAttention
+
     heads = config.num_attention_heads
     return SimGQAAttention(
         ctx, hidden_size=config.hidden_size, num_heads=heads,
@@ -45,6 +47,8 @@ def gqa(ctx: SimContext, config: Any, index: int, profile: ModelProfile) -> SimG
 
 
 def mla(ctx: SimContext, config: Any, index: int, profile: ModelProfile) -> SimMLAAttention:
+    from infercast.layers import SimMLAAttention
+
     missing = [k for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
                if not getattr(config, k, None)]
     if missing:
@@ -58,10 +62,14 @@ def mla(ctx: SimContext, config: Any, index: int, profile: ModelProfile) -> SimM
 
 
 def dense_mlp(ctx: SimContext, config: Any, index: int, profile: ModelProfile) -> SimMLP:
+    from infercast.layers import SimMLP
+
     return SimMLP(config.hidden_size, config.intermediate_size, ctx.quant.dense, ctx.parallel.tp, ctx)
 
 
 def moe(ctx: SimContext, config: Any, index: int, profile: ModelProfile) -> SimMoE:
+    from infercast.layers import MoEShape, SimMoE
+
     arch = detect_moe_architecture(config)
     return SimMoE(ctx, MoEShape(arch.num_experts, arch.top_k, config.hidden_size, arch.expert_intermediate_size,
                                 arch.shared_expert_intermediate_size, arch.router,
@@ -69,10 +77,14 @@ def moe(ctx: SimContext, config: Any, index: int, profile: ModelProfile) -> SimM
 
 
 def embedding(ctx: SimContext, config: Any, profile: ModelProfile) -> SimEmbedding:
+    from infercast.layers import SimEmbedding
+
     return SimEmbedding(ctx, config.vocab_size, config.hidden_size)
 
 
 def head(ctx: SimContext, config: Any, profile: ModelProfile) -> SimLMHead:
+    from infercast.layers import SimLMHead
+
     return SimLMHead(ctx, config.vocab_size, config.hidden_size)
 
 

@@ -43,7 +43,9 @@ tables) of the published H20 timings with 16 or more rows an expert
 (``kernel_points.MARLIN_MOE_H20``), each over a curve in the experts' width on a rank fitted to
 the tables (``marlin_moe_compute``); its streaming (``marlin_moe_stream``) is a line through
 each device's Marlin MoE tables at 1-4 tokens, the SMs' limit from the faster per SM and the
-memory's from the smaller share of HBM.
+memory's from the smaller share of HBM. Both apply to MXFP4 experts on sm_90 as well (vLLM runs
+them through the same Marlin MoE kernel when launched with Marlin); vLLM's own Marlin MXFP4 rows,
+one expert shape, are shown against the compute figure, not used.
 """
 
 from __future__ import annotations
@@ -92,33 +94,42 @@ def marlin_stream(device) -> tuple[float, float, list[float]]:
             [(intercept + slope * b) / t - 1 for b, t in points])
 
 
-def marlin_moe_compute(devices: list) -> tuple[float, float, float, float, list[float]]:
-    """Marlin's fused MoE once compute-bound: share = s x w / (w + h) of the bf16 peak for experts
-    w wide on a rank (intermediate / MoE TP). Over the H100 and H200 tables' points at EP 1 and
-    >= 4,096 tokens (flops 6 x tokens x top-k x hidden x w), h is the half width (integers
-    0-400) with the least median relative error and s the median share over w / (w + h); on the
-    H20, s is the median over the published timings with >= 16 rows an expert. Returns (s, h,
-    that median error, the H20's s, the H20 shares)."""
-    from kernel_points import MARLIN_MOE_H20
-
+def marlin_moe_points(devices: list, engine: str = ENGINE, dtype: str = "w4a16") -> list[tuple[float, float]]:
+    """(experts' width on a rank, achieved / bf16 peak) of the ``engine`` tables' Marlin MoEs of
+    ``dtype`` at EP 1 and >= 4,096 tokens (flops 6 x tokens x top-k x hidden x width)."""
     points = []
     for device in devices:
         system = device.kernel_tables
-        moe = aic.load("moe", system, ENGINE, aic.default_version(system, ENGINE))
+        moe = aic.load("moe", system, engine, aic.default_version(system, engine))
         for key in moe.keys():
-            dtype, kernel, distribution, top_k, _, hidden, inter, moe_tp = key
-            if (dtype, kernel, distribution) != ("w4a16", "marlin", "balanced"):
+            kind, kernel, distribution, top_k, _, hidden, inter, moe_tp = key
+            if (kind, kernel, distribution) != (dtype, "marlin", "balanced"):
                 continue
             width = inter / moe_tp
             points += [(width, tokens * top_k * 6 * hidden * width / (us * 1e-6) / device.peak("bf16"))
                        for (ep, tokens), us in moe.grid(key).points() if ep == 1 and tokens >= 4096]
+    return points
 
-    def fit(half: int) -> tuple[float, float]:
-        share = statistics.median(e * (w + half) / w for w, e in points)
-        return statistics.median(abs(share * w / (w + half) / e - 1) for w, e in points), share
 
-    half = min(range(401), key=lambda h: fit(h)[0])
-    error, share = fit(half)
+def share_at(points: list[tuple[float, float]], half: float) -> tuple[float, float]:
+    """(median relative error, s) of the curve s x w / (w + half) through (width, share) points,
+    s the median of each point's share over w / (w + half)."""
+    share = statistics.median(e * (w + half) / w for w, e in points)
+    return statistics.median(abs(share * w / (w + half) / e - 1) for w, e in points), share
+
+
+def marlin_moe_compute(devices: list) -> tuple[float, float, float, float, list[float]]:
+    """Marlin's fused MoE once compute-bound: share = s x w / (w + h) of the bf16 peak for experts
+    w wide on a rank (intermediate / MoE TP). Over the H100 and H200 tables' points at EP 1 and
+    >= 4,096 tokens (:func:`marlin_moe_points`), h is the half width (integers 0-400) with the
+    least median relative error and s the median share over w / (w + h); on the H20, s is the
+    median over the published timings with >= 16 rows an expert. Returns (s, h, that median
+    error, the H20's s, the H20 shares)."""
+    from kernel_points import MARLIN_MOE_H20
+
+    points = marlin_moe_points(devices)
+    half = min(range(401), key=lambda h: share_at(points, h)[0])
+    error, share = share_at(points, half)
     h20 = next(d for d in BUILTIN_DEVICES if d.name == "H20")
     published = [m * top_k * 6 * k * n / (ms * 1e-3) / h20.peak("bf16")
                  for m, e, k, n, top_k, ms in MARLIN_MOE_H20 if m * top_k / e >= 16]
@@ -370,6 +381,11 @@ def main() -> int:
     print(f"== Marlin MoE compute-bound: {share:.3f} x w / (w + {half}) of bf16 peak on H100 and H200 (tables; median "
           f"relative error {error:.1%}); H20 (FlagGems PR 3609) {h20_share:.3f} x w / (w + {half}) from {len(h20)} "
           f"timings at {min(h20):.2f}-{max(h20):.2f} of peak")
+    points = marlin_moe_points([d for d in BUILTIN_DEVICES if d.name in ("H100", "H200")], "vllm", "mxfp4_w4a16")
+    error, vllm_share = share_at(points, half)
+    print(f"   vLLM's Marlin MXFP4 MoE (its tables' one expert shape): {vllm_share:.3f} x w / (w + {half}) over "
+          f"{len(points)} points on H100 and H200 (median relative error {error:.1%}), {vllm_share / share:.2f} of "
+          f"the figure used for both; shown, not used")
     return 0
 
 

@@ -365,6 +365,84 @@ def test_a_triton_moe_no_table_covers_streams_at_the_familys_figure_near_its_tab
     assert CostModel(DEVICES["H200"], "sglang").stream_kernel(behind, cost_of(behind)) is None
 
 
+def fused_mxfp4_moe(tokens: int, experts: int, hidden: int, inter: int, top_k: int, moe_tp: int = 1) -> OpRecord:
+    """A fused MXFP4 MoE (gpt-oss's checkpoint format: FP4 weights two to a byte, one 8-bit scale
+    per 32) over every expert on one GPU, ``inter`` wide on it, balanced routing."""
+    from infercast import routing
+
+    x, u8 = TensorSpec((tokens, hidden), torch.bfloat16), torch.uint8
+    named = dict(x=x, w13=TensorSpec((experts, 2 * inter, hidden // 2), u8, "weight"),
+                 w13_scale=TensorSpec((experts, 2 * inter, hidden // 32), u8, "weight"),
+                 w2=TensorSpec((experts, hidden, inter // 2), u8, "weight"),
+                 w2_scale=TensorSpec((experts, hidden, inter // 32), u8, "weight"), tokens=tokens, top_k=top_k,
+                 num_experts=experts, local_experts=experts, routed_rows=float(tokens * top_k),
+                 active_experts=float(routing.expected_active_experts(experts, top_k, tokens, experts)),
+                 straggler=1.0, moe_tp=moe_tp, dtype="mxfp4", distribution="balanced", dispatch="tp")
+    return OpRecord("infercast::fused_moe", tuple(named.values()), (x,), "mlp", 0, named=named)
+
+
+PREFILL = Phase(graph=False, decode=False, scale_up_domain=8)
+
+
+def test_a_launched_moe_kernel_is_priced_from_its_own_rows_or_its_familys_figure() -> None:
+    """``--moe-kernel``: vLLM runs gpt-oss's MXFP4 experts on Hopper with OpenAI's Triton kernels
+    unless launched with VLLM_MXFP4_USE_MARLIN=1 (``get_mxfp4_backend``), and its H200 table
+    times only Triton for gpt-oss-120b's experts. Launched with Marlin, the MoE is priced at
+    Marlin's own figure (its fused MoE reaches 0.278 x w / (w + 123) of the bf16 peak once
+    compute-bound), never from the Triton rows; at 8,192 tokens that is about twice the Triton
+    kernel's time (0.27 of the peak against the table's 0.57)."""
+    record = fused_mxfp4_moe(8192, 128, 2880, 2880, 4)
+    default = CostModel(DEVICES["H200"], "vllm").price(record, PREFILL)
+    marlin = CostModel(DEVICES["H200"], "vllm", moe_kernel="marlin").price(record, PREFILL)
+    assert default.source == "measured" and default.origin.startswith("moe vllm")
+    assert marlin.source == "analytic" and "marlin (--moe-kernel)" in marlin.origin and "triton" in marlin.origin
+    assert marlin.seconds == kernel_time(cost_of(record), DEVICES["H200"], "marlin").seconds
+    assert 1.8 < marlin.seconds / default.seconds < 2.6
+    # the engine's own kernel, named: the same rows as by default
+    named = CostModel(DEVICES["H200"], "vllm", moe_kernel="triton").price(record, PREFILL)
+    assert (named.seconds, named.source) == (default.seconds, default.source)
+    # a kernel the tables time for the shape is read from its rows: Kimi-K2.5's INT4 experts on Marlin
+    kimi = fused_int4_moe(8192, 384, 7168, 2048, 8)
+    assert CostModel(DEVICES["H200"], "vllm", moe_kernel="marlin").price(kimi, PREFILL).source in ("measured",
+                                                                                                   "interpolated")
+    # and a kernel they do not time for it is not priced from another kernel's rows
+    other = CostModel(DEVICES["H200"], "vllm", moe_kernel="triton").price(kimi, PREFILL)
+    assert other.source == "analytic" and "measured with marlin" in other.origin
+    assert "(fused MoE: triton only)" in CostModel(DEVICES["H200"], "vllm", moe_kernel="triton").describe()
+
+
+def test_marlins_moe_figures_price_vllms_marlin_mxfp4_rows_within_their_stated_bias() -> None:
+    """vLLM 0.24.0's H200 table times its Marlin MXFP4 MoE for one expert shape (3,584 hidden,
+    3,072 intermediate, 896 experts, top-16) at MoE TP 1-16 and 1-16,384 tokens. Marlin's
+    figures, fitted to sglang's INT4 Marlin tables, price those rows at 0.75 of their time at
+    the median (vLLM reduces split K serially): the FP4 bytes and groups of 32 are counted, and
+    no row is off by more than the figures' known spread."""
+    import statistics
+
+    model = CostModel(DEVICES["H200"], "vllm")
+    key = ("mxfp4_w4a16", "marlin", "balanced", 16, 896, 3584, 3072)
+    ratios = []
+    for moe_tp in (1, 2, 4, 8, 16):
+        grid = model.tables.table("moe").grid(key + (moe_tp,))
+        for (ep, tokens), us in grid.points():
+            if ep == 1:
+                record = fused_mxfp4_moe(int(tokens), 896, 3584, 3072 // moe_tp, 16, moe_tp)
+                ratios.append(kernel_time(cost_of(record), DEVICES["H200"], "marlin").seconds * 1e6 / us)
+    assert len(ratios) >= 100
+    assert statistics.median(ratios) == pytest.approx(0.75, abs=0.05)
+    assert 0.1 < min(ratios) and max(ratios) < 1.2
+
+
+def test_an_unknown_moe_kernel_is_refused_with_the_valid_ones() -> None:
+    from infercast.request import MOE_KERNELS, UserInput, check
+
+    with pytest.raises(InfercastError, match="unknown --moe-kernel 'cutlas'; valid: auto, marlin, triton"):
+        CostModel(DEVICES["H200"], "vllm", moe_kernel="cutlas")
+    with pytest.raises(InfercastError, match="moe_kernel is 'machete'; valid: auto, marlin"):
+        check(UserInput(moe_kernel="machete"))
+    assert set(MOE_KERNELS) - {"auto"} == set(aic.MOE_KERNELS)
+
+
 @pytest.mark.parametrize("tokens, measured_us", [(16, 1395.0), (64, 2973.0)])
 def test_the_h20s_marlin_moe_streams_at_its_sms_limit_from_the_h100_and_h200_tables(tokens, measured_us) -> None:
     """vLLM's fused Marlin MoE on an H20 (flagos-ai/FlagGems PR 3609), DeepSeek-V3's expert shape

@@ -326,6 +326,24 @@ def test_the_planner_prices_the_overlap_mode_it_launches() -> None:
     assert off.ttft_ms - auto.ttft_ms == pytest.approx(0.54 + 0.0127 - 0.31, rel=1e-6)
 
 
+def test_the_planner_prices_the_moe_kernel_it_is_told_and_notes_the_launch_cannot_select_it() -> None:
+    """gpt-oss-20b's MXFP4 experts on one H100 with vLLM: launched with Marlin (--moe-kernel
+    marlin) its 2,048-token prefill takes longer than on the Triton kernel the table times,
+    every MoE priced at Marlin's figure, and the plan says its commands leave the kernel to the
+    engine's own option."""
+    request = PlanRequest(model="openai/gpt-oss-20b", device="H100", num_devices=(1,), batches=(8,), speculative=(),
+                          engine="vllm", mode="static")
+    triton = Planner(request)
+    marlin = Planner(replace(request, moe_kernel="marlin"))
+    auto, forced = triton.run().configs[0], marlin.run().configs[0]
+    assert forced.ttft_ms > 1.2 * auto.ttft_ms
+    assert "(fused MoE: marlin only)" in marlin.costs.describe() and "marlin" not in triton.costs.describe()
+    notes = launch_notes(marlin.request, forced, expert_dtype="mxfp4", cuda_arch=90)
+    assert any("fused-MoE kernel the plan priced (marlin" in note for note in notes)
+    assert not any("fused-MoE kernel" in note for note in launch_notes(request, auto, expert_dtype="mxfp4",
+                                                                           cuda_arch=90))
+
+
 def test_expert_parallel_launches_through_deepep_as_it_is_priced() -> None:
     """sglang prices FP8 experts under EP with DeepEP (normal kernels for prompt steps,
     low-latency for decode), as its --deepep-mode auto runs them; vLLM takes one mode and the

@@ -28,6 +28,7 @@ from infercast.devices import DeviceSpec
 from infercast.engines import Engine, HostCost, engine_named
 from infercast.kernels.aiconfigurator import EAGER_TIMED_GEMMS
 from infercast.kernels.grid import EXTRAPOLATED, INTERPOLATED, Answer
+from infercast.request import MOE_KERNELS
 from infercast.trace import OpRecord
 
 ANALYTIC = "analytic"
@@ -88,9 +89,18 @@ class CostModel:
     calibration file; answers are cached per distinct operator."""
 
     def __init__(self, device: DeviceSpec, engine: str | Engine = "sglang", engine_version: str | None = None,
-                 calibration: Any = None, measured: bool = True, overlap: str = "auto") -> None:
+                 calibration: Any = None, measured: bool = True, overlap: str = "auto",
+                 moe_kernel: str = "auto") -> None:
         self.device = device
         self.engine = engine if isinstance(engine, Engine) else engine_named(engine)
+        self.moe_kernel = moe_kernel
+        """``--moe-kernel``: ``auto`` (the engine's kernels, in its order, for each dtype) or the one
+        family the engine was launched with, priced from that family's table rows only."""
+        if moe_kernel not in MOE_KERNELS:
+            raise InfercastError(f"unknown --moe-kernel {moe_kernel!r}; valid: {', '.join(MOE_KERNELS)}")
+        if moe_kernel != "auto":
+            self.engine = replace(self.engine, moe_kernels={
+                dtype: (moe_kernel,) for dtype in {*self.engine.moe_kernels, *DTYPE_BYTES}})
         self.overlap = overlap
         """``--overlap-scheduling``: ``auto`` (the engine version's default), ``on`` or ``off``."""
         self.calibration = calibration
@@ -117,6 +127,7 @@ class CostModel:
         for source in (self.calibration, self.tables):
             if source is not None:
                 present |= {key[1] for key in source.table("moe").keys() if key[0] == dtype and key[2:] == rest}
+        only = only or (preferred is None and self.moe_kernel != "auto")  # launched with one: never another's rows
         for kernel in preferred if preferred is not None else self.engine.moe_kernels.get(dtype, ()):
             if kernel in present:
                 return kernel
@@ -149,7 +160,8 @@ class CostModel:
         if self.tables is not None:
             sources.append(f"measured tables {self.device.kernel_tables} {self.engine.name} {self.tables.version}")
         sources.append("analytic")
-        return " > ".join(sources)
+        launched = "" if self.moe_kernel == "auto" else f" (fused MoE: {self.moe_kernel} only)"
+        return " > ".join(sources) + launched
 
     def price(self, record: OpRecord, phase: Phase) -> Priced:
         key = _record_key(record, phase)
@@ -166,7 +178,7 @@ class CostModel:
         if record.name in DENSE_GEMMS:
             kernel = self.engine.dense_kernels.get(cost.kernel_dtype)
         elif record.name == "infercast::fused_moe":
-            kernel = next(iter(self.engine.moe_kernels.get(cost.kernel_dtype, ())), None)
+            kernel = next(iter(self.engine.moe_kernels.get(_table_dtype(cost.kernel_dtype, self.device), ())), None)
             if record["dispatch"] == "all_to_all" and kernel not in LOCAL_EXPERT_KERNELS:
                 return None  # behind DeepEP engines run their DeepEP MoE kernels (sglang: DeepGEMM), not this
         else:
@@ -246,6 +258,10 @@ def _why_analytic(record: OpRecord, query: Query | None, model: CostModel) -> st
                 f"at the device's cast rate")
     if model.tables is None and model.calibration is None:
         return "no measured tables"
+    if query is None and record.name == "infercast::fused_moe" and model.moe_kernel != "auto":
+        return (f"no moe table times {model.moe_kernel} (--moe-kernel) for this expert shape"
+                + ("" if not _moe_kernels_measured(record, model) else
+                   f"; measured with {', '.join(_moe_kernels_measured(record, model))}, which the engine does not run"))
     if query is None and record.name == "infercast::fused_moe":
         other = _moe_routings_measured(record, model)
         if other:
@@ -274,6 +290,17 @@ def _moe_routings_measured(record: OpRecord, model: CostModel) -> list[str]:
         if source is not None:
             found |= {key[2] for key in source.table("moe").keys() if key[0] == dtype and key[3:] == shape}
     return [] if record["distribution"] in found else sorted(found)
+
+
+def _moe_kernels_measured(record: OpRecord, model: CostModel) -> list[str]:
+    """The kernels the MoE tables time ``record``'s expert shape and routing with."""
+    dtype, shape = _moe_key(record, model.device)
+    found = set()
+    for source in (model.calibration, model.tables):
+        if source is not None:
+            found |= {key[1] for key in source.table("moe").keys()
+                      if key[0] == dtype and key[2] == record["distribution"] and key[3:] == shape}
+    return sorted(found)
 
 
 def _check_version(version: str) -> None:

@@ -90,7 +90,7 @@ MARLIN_STREAM_SOURCE = (
     "keep streaming: on an H100 it took 0.46 of a bf16 GEMV's time for 8192 x 8192 at one row while moving 0.25 of "
     "its bytes (inclusionAI/humming PR 2). Taken for every sm_90 device.")
 MARLIN_SM90 = KernelStream(
-    memory=0.520, fixed_s=7.67e-6, dtypes=frozenset({"w4a16"}), grouped_compute=0.278, grouped_half_width=123,
+    memory=0.520, fixed_s=7.67e-6, dtypes=frozenset({"w4a16", "mxfp4"}), grouped_compute=0.278, grouped_half_width=123,
     grouped_sm_bytes_per_s=22.71e9, grouped_memory=0.789, grouped_fixed_s=23.4e-6,
     source=MARLIN_STREAM_SOURCE + " Its fused MoE, once compute-bound, reaches 0.278 x w / (w + 123) of the bf16 "
     "tensor peak for experts w wide on a rank (intermediate size / MoE TP): sglang 0.5.14's Marlin MoE tables on H100 "
@@ -101,7 +101,12 @@ MARLIN_SM90 = KernelStream(
     "streams its weights at min(22.71 GB/s per SM, 0.789 of HBM peak) + 23.4 us: lines through the same tables at "
     "1-4 tokens (EP 1, MoE TP 1; the bytes of the min(E, T x k) experts the collector's spread routing touches) give "
     "3.00 TB/s + 23.9 us on H200 (median error 3.7%) and 2.64 TB/s + 22.9 us on H100 (6.1%); both have 132 SMs, so "
-    "the H200 shows the SMs' limit and the H100, below it, its memory's")
+    "the H200 shows the SMs' limit and the H100, below it, its memory's. MXFP4 experts (gpt-oss) on these devices run "
+    "the same kernel when an engine is launched with Marlin (vLLM's fused_marlin_moe with FP4 weights in groups of 32; "
+    "--moe-kernel marlin), priced at the same figures: vLLM 0.24.0's Marlin MXFP4 MoE rows, one expert shape (3,584 "
+    "hidden, 896 experts, top-16) on H100 and H200, reach 0.215 x w / (w + 123) once compute-bound, 0.77 of this "
+    "figure, and the figures price the 135 H200 rows at 0.75 of their time (median; "
+    "benchmarks/derive_device_constants.py, tests/simulator/test_kernels.py; vLLM's Marlin MoE reduces split K serially, use_atomic_add=False)")
 MARLIN_H20 = replace(
     MARLIN_SM90, grouped_compute=0.360,
     source=MARLIN_STREAM_SOURCE + " On the H20, whose tensor rate is capped, its fused MoE reaches 0.360 x w / (w + "

@@ -680,7 +680,7 @@ register(Engine(
     name="vllm", tables="vllm",
     attention_lanes=("fa3", "flashinfer_trtllm", "flash_attn", "triton"),
     moe_kernels={"w4a16": ("marlin",), "bf16": ("triton",), "fp8_block": ("triton", "flashinfer_cutlass"),
-                 "fp8": ("flashinfer_cutlass", "cutlass"), "mxfp4_w4a16": ("marlin", "triton")},
+                 "fp8": ("flashinfer_cutlass", "cutlass"), "mxfp4_w4a16": ("triton", "marlin")},
     custom_all_reduce=True, decode_graph_max_batch=512,
     prefill_graphs=PrefillGraphs(since=None, max_tokens_mla=None, blocked_by={},
                                  source="vLLM V1 compiles the model with torch.compile and replays piecewise CUDA "

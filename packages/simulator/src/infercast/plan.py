@@ -139,6 +139,8 @@ class PlanRequest:
     """Each layer's all-reduce and the norm after it as one kernel: ``auto``, ``on`` or ``off``."""
     overlap_scheduling: str = "auto"
     """The scheduler one step ahead of the GPU: ``auto``, ``on`` or ``off`` (as ``UserInput``)."""
+    moe_kernel: str = "auto"
+    """The fused-MoE kernel family the engine is launched with (``auto``: its default; as ``UserInput``)."""
     enable_attn_tp_input_scattered: bool = False
     """sglang's ``--enable-attn-tp-input-scattered`` for every server, priced in prefill where
     sglang's checks pass for the layout (:meth:`Planner.scattered_input`)."""
@@ -215,7 +217,8 @@ class Planner:
         check_distribution(request.expert_imbalance)
         self.costs = cost_model_for(UserInput(engine=request.engine, engine_version=request.engine_version,
                                               calibration=request.calibration, cost_model=request.cost_model,
-                                              overlap_scheduling=request.overlap_scheduling), self.device)
+                                              overlap_scheduling=request.overlap_scheduling,
+                                              moe_kernel=request.moe_kernel), self.device)
         self.config = load_config(request.model, manager=self.manager, known_models=known_model_refs(self.manager))
         self.manager.patch_config(self.config)
         self.profile = resolve_profile(request.model, self.config, self.manager)
@@ -804,6 +807,11 @@ def launch_notes(request: PlanRequest, config: Config, spec: Any = None, *, expe
             and not reaches(request.engine_version, SGLANG_FUSION_OFF_SINCE)):
         notes.append(f"sglang {request.engine_version} has no flag to turn the all-reduce fusion off (from "
                      f"{SGLANG_FUSION_OFF_SINCE}: --enforce-disable-flashinfer-allreduce-fusion)")
+    if request.moe_kernel != "auto":
+        notes.append(f"the commands do not select the fused-MoE kernel the plan priced ({request.moe_kernel}, "
+                     "--moe-kernel); set it with the engine's own option (vLLM: --moe-backend, or "
+                     "VLLM_MXFP4_USE_MARLIN=1 for MXFP4 experts on Hopper; sglang: --moe-runner-backend; "
+                     "TensorRT-LLM: moe_config.backend in its options file)")
     notes += dispatch_notes(request, config.layout, expert_dtype, cuda_arch, ("sglang", "vllm", "trtllm"),
                             one_mode=True)
     notes += [scatter_note(scatter_off, config.layout)]

@@ -41,7 +41,7 @@ def cost_model_for(user: UserInput, device: DeviceSpec) -> CostModel:
         raise InfercastError(f"unknown --cost-model {user.cost_model!r}; valid: measured, analytic")
     calibration = load_calibration(user.calibration, device) if user.calibration else None
     return CostModel(device, user.engine, user.engine_version, calibration, measured=user.cost_model == "measured",
-                     overlap=user.overlap_scheduling)
+                     overlap=user.overlap_scheduling, moe_kernel=user.moe_kernel)
 
 
 def phase_of(model: CostModel, ctx: SimContext, decode: bool, *, speculative: bool = False,

@@ -32,6 +32,9 @@ COST_MODELS = ("measured", "analytic")
 IMBALANCE = ("balanced", "power-law-1.01", "power-law-1.2")
 PREFILL_GRAPH_MODES = ("auto", "on", "off")
 ALL_REDUCE_FUSION_MODES = ("auto", "on", "off")
+MOE_KERNELS = ("auto", "marlin", "triton", "deepgemm", "flashinfer_cutlass", "cutlass", "trtllm")
+"""``--moe-kernel``: the engine's default for the experts' dtype, or one fused-MoE kernel family
+(the short names infercast reads from the kernel tables' ``kernel_source``)."""
 OVERLAP_MODES = ("auto", "on", "off")
 """``--overlap-scheduling``: the engine version's default, or the scheduler forced one step
 ahead of the GPU (sglang's overlap scheduler, vLLM's async scheduling) or in step with it."""
@@ -153,6 +156,10 @@ class UserInput:
                                  "and vLLM's FlashInfer fusion): auto (the engine version's rules, default), on, off",
                                  COST,
                                  choices=ALL_REDUCE_FUSION_MODES)
+    moe_kernel: str = opt("auto", "the fused-MoE kernel the engine is launched with (vLLM's --moe-backend or "
+                          "VLLM_MXFP4_USE_MARLIN=1, sglang's --moe-runner-backend): auto (the engine's default for "
+                          "the experts' dtype), or one family, priced from its own table rows only", COST,
+                          choices=MOE_KERNELS)
     overlap_scheduling: str = opt("auto", "the scheduler prepares the next step while the GPU runs this one (sglang's "
                                   "overlap scheduler, vLLM's async scheduling from 0.14.0, TensorRT-LLM's overlap "
                                   "scheduler): auto (the engine version's default), on, off", COST,

@@ -166,6 +166,10 @@ class Recipe:
     recv_interval: int = 1
     """sglang's --scheduler-recv-interval."""
     kv_cache_dtype: str = "bf16"
+    moe_kernel: str = "auto"
+    """The fused-MoE kernel the launch selects (``--moe-kernel``); ``auto``: the engine's default."""
+    all_reduce_fusion: str | None = None
+    """``on`` where the launch turns the fusion on itself; None: the version's rules."""
 
 
 def recipe(row: dict) -> Recipe:
@@ -188,9 +192,14 @@ def recipe(row: dict) -> Recipe:
       32,768 from 64, ``--max-num-seqs 512``, ``--enable-expert-parallel`` where the row gives EP;
       its ``--moe-backend triton`` is the kernel infercast prices for vLLM's FP8-block MoE, while its
       ``--attention-backend FLASHINFER`` is priced from vLLM's default attention tables;
-    - vLLM gpt-oss-120b (``gptoss_fp4_h200.sh``, one version stored): ``max-num-batched-tokens
-      8192``, ``--max-num-seqs`` the clients, a bf16 cache, ``VLLM_MXFP4_USE_MARLIN=1`` (the tables
-      time the MXFP4 MoE with Triton only, which prices it)."""
+    - vLLM gpt-oss-120b on H100 and H200 (``gptoss_fp4_h100.sh``, ``gptoss_fp4_h200.sh``):
+      ``max-num-batched-tokens 8192``, ``--max-num-seqs`` the clients, a bf16 cache and
+      ``VLLM_MXFP4_USE_MARLIN=1``, which makes vLLM's MXFP4 MoE run Marlin on sm_90 where it runs
+      OpenAI's Triton kernels by default (``get_mxfp4_backend``): ``--moe-kernel marlin``;
+    - vLLM gpt-oss-120b on B200 (``gptoss_fp4_b200.sh``): ``max-num-batched-tokens 8192``,
+      ``--max-num-seqs 512``, ``kv-cache-dtype fp8``, the all-reduce fused with the norm
+      (``pass_config: fuse_allreduce_rms``) and FlashInfer's MXFP4 x MXFP8 MoE, which no table
+      times (priced analytically, as before)."""
     clients, tp = int(row["batch_size"]), int(row["tp_size"])
     if row["backend"] == "sglang" and row["model_path"].startswith("deepseek-ai/"):
         if row["system"] == "b200_sxm":
@@ -204,23 +213,27 @@ def recipe(row: dict) -> Recipe:
     if row["backend"] == "vllm" and row["model_path"] == "MiniMaxAI/MiniMax-M2.5":
         return Recipe(16384 if clients <= 32 else 32768, clients, kv_cache_dtype="fp8")
     if row["backend"] == "vllm" and row["model_path"] == "openai/gpt-oss-120b":
-        return Recipe(8192, clients)
+        if row["system"] == "b200_sxm":
+            return Recipe(8192, 512, kv_cache_dtype="fp8", all_reduce_fusion="on")
+        return Recipe(8192, clients, moe_kernel="marlin")
     return Recipe(max_running=clients)
 
 
-def as_run(row: dict, model: str) -> dict:
+def as_run(row: dict, model: str, flags: Recipe) -> dict:
     """What the run's engine version did by default where it differs from the newest tables'
     version, which prices every run: scheduling one step ahead of the GPU, fusing the all-reduce
-    with the norm after it, capturing prefill in piecewise CUDA graphs (sglang from 0.5.10; 0.5.9
-    and earlier launch it eagerly). An unnamed version is taken as the newest: ``auto``."""
+    with the norm after it (unless the recipe turns it on itself), capturing prefill in piecewise
+    CUDA graphs (sglang from 0.5.10; 0.5.9 and earlier launch it eagerly). An unnamed version is
+    taken as the newest: ``auto``."""
     engine, version = row["backend"], row["backend_version"]
     if not version:
-        return {}
+        return {} if flags.all_reduce_fusion is None else {"all_reduce_fusion": flags.all_reduce_fusion}
     policy = engine_named(engine)
     since = policy.overlap_since
     overlap = "auto" if since is None else "on" if reaches(version, since) else "off"
     return {"overlap_scheduling": overlap, "prefill_cuda_graph": policy.prefill_graphs_as(version),
-            "all_reduce_fusion": fusion_in(version, model, DEVICES[row["system"]], int(row["tp_size"]), engine)}
+            "all_reduce_fusion": flags.all_reduce_fusion
+            or fusion_in(version, model, DEVICES[row["system"]], int(row["tp_size"]), engine)}
 
 
 def replay(row: dict, pricers: dict) -> tuple[float, float]:
@@ -235,10 +248,10 @@ def replay(row: dict, pricers: dict) -> tuple[float, float]:
     request = PlanRequest(model=model, device=DEVICES[row["system"]], num_devices=(tp,), batches=(batch,),
                           speculative=(), quantizations=(quant,), engine=row["backend"],
                           engine_version=None, input_length=isl, output_length=osl, kv_cache_dtype=flags.kv_cache_dtype,
-                          **as_run(row, model), serving=ServingOptions(concurrency=clients, lengths=lengths,
+                          moe_kernel=flags.moe_kernel, **as_run(row, model, flags), serving=ServingOptions(concurrency=clients, lengths=lengths,
                                                                        chunked_prefill_size=flags.chunk))
     key = (model, row["system"], row["backend"], request.overlap_scheduling, request.all_reduce_fusion,
-           request.prefill_cuda_graph, quant, isl, osl, flags.chunk, flags.kv_cache_dtype)
+           request.prefill_cuda_graph, quant, isl, osl, flags.chunk, flags.kv_cache_dtype, flags.moe_kernel)
     if key not in pricers:
         planner = Planner(request)
         pricers[key] = (planner, StepPricer(planner))

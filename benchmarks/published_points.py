@@ -84,7 +84,8 @@ SOURCES = {
               "default seed 1): TTFT as the mean over the ten prompts, the first served from the prefix cache (the "
               "warm-up sends it and the commands pass no --flush-cache), TPOT at the mean prompt plus half the mean "
               "output. DeepSeek-R1-0528 and Qwen3-235B-A22B-Instruct-2507 on 8 x B200 "
-              "(SGLang 0.5.6.post1 / 0.5.6), Llama-3.1-70B on 8 x A100 (0.5.6), all --tp 8",
+              "(SGLang 0.5.6.post1 / 0.5.6), Llama-3.1-70B on 8 x A100 (0.5.6), all --tp 8; MiniMax-M2.5 on 8 x B200 "
+              "(0.5.8) and 8 x H100 (0.5.9), --tp 8 --ep 8 (the B200 1K run printed 6,091 input tokens)",
     COOKBOOK_AMD: "sgl-project/sgl-cookbook, the same 'Speed Benchmark' runs (random 1K/1K, 1K/8K and 8K/1K at "
                   "--max-concurrency 1, 10 prompts) on 8 x MI300X with SGLang 0.5.7, --tp 8: "
                   "deepseek-ai/DeepSeek-V3.1 (page DeepSeek-V3_1.md) and moonshotai/Kimi-K2-Instruct (ROCm image "
@@ -126,6 +127,9 @@ class Published:
     simulated: Callable[[], float]
     in_median: bool = True
     """False for a device the medians leave out (MI300X: no ROCm kernel data, reported apart)."""
+    added: str = ""
+    """The date a point entered after the modelling it checks (out of sample), reported apart as
+    well as in the medians; empty for the points the modelling has been checked against."""
 
 
 def _llama2(name: str, root: Path) -> str:
@@ -231,26 +235,36 @@ def mean_ttft(user: UserInput, prompts: Sequence[int], *, warm_first: bool,
 
 
 def sglang_c1(model: str, device: str, tp: int, ran: str, *, prompts: Sequence[int] = (), warm_first: bool = False,
-              context: int | None = None, prefill_graph: str | None = None) -> Callable[[], float]:
+              context: int | None = None, prefill_graph: str | None = None, ep: int = 1) -> Callable[[], float]:
     """One request at a time through sglang ``ran`` (the version that measured): the mean client
     TTFT over ``prompts`` (``mean_ttft``), or the TPOT of a decode step at ``context``. The points
     keep the newest tables, which cover the most kernels, and the prefill CUDA graphs ``ran`` has
     by default (piecewise graphs from 0.5.10; the cookbook's 0.5.6.x launches prefill eagerly)
-    unless ``prefill_graph`` says what the run turned on."""
+    unless ``prefill_graph`` says what the run turned on. ``ep``: the experts over that many of
+    the ranks, launched with ``--ep-size`` and no ``--moe-a2a-backend``: sglang's standard
+    dispatcher (``--moe-all-to-all off``)."""
     if not prompts:
-        return sglang_decode(model, device, tp, 1, context, ran)
+        return sglang_decode(model, device, tp, 1, context, ran, ep)
     from infercast.engines import engine_named
 
     user = UserInput(model=model, device=device, num_devices=tp, tp_size=tp, num_queries=1,
                      prefill_cuda_graph=prefill_graph or engine_named("sglang").prefill_graphs_as(ran),
-                     all_reduce_fusion=fusion_in(ran, model, device, tp))
+                     all_reduce_fusion=fusion_in(ran, model, device, tp), **standard_ep(ep))
     return lambda: mean_ttft(user, prompts, warm_first=warm_first, ran=ran)[0]
 
 
-def sglang_decode(model: str, device: str, tp: int, batch: int, context: int, ran: str) -> Callable[[], float]:
-    """A client's inter-token latency with ``batch`` requests decoding at ``context`` on sglang ``ran``."""
+def sglang_decode(model: str, device: str, tp: int, batch: int, context: int, ran: str,
+                  ep: int = 1) -> Callable[[], float]:
+    """A client's inter-token latency with ``batch`` requests decoding at ``context`` on sglang ``ran``
+    (``ep``: as :func:`sglang_c1`)."""
     return simulated("tpot_ms", model=model, device=device, num_devices=tp, tp_size=tp, num_queries=batch,
-                     decode=True, context_length=context, all_reduce_fusion=fusion_in(ran, model, device, tp))
+                     decode=True, context_length=context, all_reduce_fusion=fusion_in(ran, model, device, tp),
+                     **standard_ep(ep))
+
+
+def standard_ep(ep: int) -> dict:
+    """The request fields of experts over ``ep`` ranks through sglang's standard dispatcher."""
+    return {} if ep == 1 else {"ep_size": ep, "moe_all_to_all": "off"}
 
 
 def batch_latency(model: str, device: str, tp: int, batch: int, prompt: int, output: int,
@@ -278,6 +292,31 @@ def _config_dir(name: str, values: dict, root: Path, tokenizer_class: str | None
     if tokenizer_class is not None:
         (path.parent / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": tokenizer_class}))
     return str(path.parent)
+
+
+def minimax_points(in_1k: dict, in_8k: dict) -> list[Published]:
+    """The sgl-cookbook's MiniMax-M2.5 page (docs/autoregressive/MiniMax/MiniMax-M2.5.md), its
+    concurrency-1 runs: 8 x B200 on sglang 0.5.8 and 8 x H100 on 0.5.9, both launched with
+    ``--tp 8 --ep 8`` and no ``--moe-a2a-backend``. Added 2026-11-27, after the minimax_m2 family,
+    with the launch as its page gives it. The H100 run's TTFTs: mean 145.20 ms, median 80.38, P99
+    633.08 (one slow request of ten); B200's: mean 130.57, median 116.10, P99 190.90."""
+    model, added = "MiniMaxAI/MiniMax-M2.5", "2026-11-27"
+    b200 = ("B200", 8, "0.5.8")
+    h100 = ("H100", 8, "0.5.9")
+    return [
+        Published("C11", "MiniMax-M2.5 FP8, 8 x B200 TP8 EP8, 1K prompts (mean 610)", 130.57, "prefill",
+                  "client TTFT, mean", COOKBOOK, sglang_c1(model, *b200, ep=8, **in_1k), added=added),
+        Published("C12", "MiniMax-M2.5 FP8, 8 x B200 TP8 EP8, 8K prompts (mean 4,194)", 131.50, "prefill",
+                  "client TTFT, mean", COOKBOOK, sglang_c1(model, *b200, ep=8, **in_8k), added=added),
+        Published("C13", "MiniMax-M2.5 FP8, 8 x B200 TP8 EP8, context 821", 9.89, "decode", "client TPOT, mean",
+                  COOKBOOK, sglang_c1(model, *b200, ep=8, context=610 + 211), added=added),
+        Published("C14", "MiniMax-M2.5 FP8, 8 x B200 TP8 EP8, context 4,405", 10.00, "decode", "client TPOT, mean",
+                  COOKBOOK, sglang_c1(model, *b200, ep=8, context=4194 + 211), added=added),
+        Published("C15", "MiniMax-M2.5 FP8, 8 x H100 TP8 EP8, 1K prompts (mean 610)", 145.20, "prefill",
+                  "client TTFT, mean", COOKBOOK, sglang_c1(model, *h100, ep=8, **in_1k), added=added),
+        Published("C16", "MiniMax-M2.5 FP8, 8 x H100 TP8 EP8, context 821", 8.05, "decode", "client TPOT, mean",
+                  COOKBOOK, sglang_c1(model, *h100, ep=8, context=610 + 211), added=added),
+    ]
 
 
 def points(root: Path) -> list[Published]:
@@ -329,6 +368,7 @@ def points(root: Path) -> list[Published]:
                   COOKBOOK, sglang_c1(llama70, "A100", 8, "0.5.6", **in_8k)),
         Published("C10", "Llama-3.1-70B bf16, 8 x A100 TP8, context 821", 18.63, "decode", "client TPOT, mean",
                   COOKBOOK, sglang_c1(llama70, "A100", 8, "0.5.6", context=610 + 211)),
+        *minimax_points(in_1k, in_8k),
         Published("K1", "Kimi-K2-Instruct FP8, 8 x H200 TP8, 1,024 tokens", 95.154, "prefill",
                   "client TTFT, mean; prefill in piecewise CUDA graphs (on in the run, sglang's default from "
                   "0.5.10)", SGLANG_PR,
@@ -377,17 +417,27 @@ def main() -> int:
     for column in ("id", "setting", "measured ms", "simulated ms", "error", "what it measures", "source"):
         table.add_column(column, overflow="fold")
     errors: dict[str, list[float]] = {"prefill": [], "decode": []}
+    fresh: dict[str, list[float]] = {"prefill": [], "decode": []}
     apart: list[float] = []
     with tempfile.TemporaryDirectory() as root:
         for point in points(Path(root)):
             simulated = point.simulated()
             error = (simulated - point.measured_ms) / point.measured_ms
             (errors[point.kind] if point.in_median else apart).append(abs(error))
+            if point.added and point.in_median:
+                fresh[point.kind].append(abs(error))
             table.add_row(point.id, point.what, f"{point.measured_ms:g}", f"{simulated:.2f}", f"{error:+.1%}",
                           point.measures, point.source)
     console.print(table)
     for kind, values in errors.items():
         console.print(f"median |error| over the {kind} points: {statistics.median(values):.1%} ({len(values)} points)")
+        if fresh[kind]:
+            checked = list(values)
+            for e in fresh[kind]:
+                checked.remove(e)
+            console.print(f"  of them out of sample (added after the modelling they check): {len(fresh[kind])} points, "
+                          f"{statistics.median(fresh[kind]):.1%}; the {len(checked)} checked before: "
+                          f"{statistics.median(checked):.1%}")
     console.print(f"left out of the medians: the MI300X points (A1-A{len(apart)}), median |error| "
                   f"{statistics.median(apart):.1%}: analytic with H100's per-kernel fixed costs, no ROCm kernel data")
     for key, text in SOURCES.items():

@@ -370,6 +370,34 @@ def test_expert_parallel_launches_through_deepep_as_it_is_priced() -> None:
     assert not any("DeepEP" in note for note in launch_notes(SMALL, dense, **fp8))
 
 
+def test_moe_all_to_all_off_prices_and_launches_the_standard_dispatcher() -> None:
+    """sglang serves --ep-size without --moe-a2a-backend through its standard dispatcher (every
+    rank's local experts over every token, an all-reduce after): MiniMax-M2.5's FP8 experts on
+    8 x H100 at EP8, one request, as the sgl-cookbook's MiniMax-M2.5 page launches it. Priced so,
+    the decode step's layers communicate by all-reduce only (DeepEP's adds an all-to-all, an
+    all-gather and a reduce-scatter), and the launch commands name no all-to-all backend (vLLM's
+    DP ranks gather and reduce-scatter)."""
+    from infercast.simulate import simulate
+
+    step = dict(model="MiniMaxAI/MiniMax-M2.5", device="H100", num_devices=8, ep_size=8, decode=True,
+                context_length=1100)
+    deepep, standard = (simulate(UserInput(moe_all_to_all=mode, **step)) for mode in ("auto", "off"))
+    layer_comms = {mode: {op.name.split(" ")[0] for op in r.ops if "(layers." in op.name and op.bound == "communication"}
+                   for mode, r in (("auto", deepep), ("off", standard))}
+    assert {"all_to_all", "all_gather", "reduce_scatter"} <= layer_comms["auto"]
+    assert layer_comms["off"] == {"all_reduce"}
+    assert any("without an all-to-all: --moe-all-to-all off" in note for note in standard.notes)
+    assert standard.tpot_ms < deepep.tpot_ms  # one token: DeepEP's low-latency round trips cost more here
+    with pytest.raises(InfercastError, match="--moe-all-to-all on: sglang has no all-to-all MoE path for w4a16"):
+        simulate(UserInput(model="moonshotai/Kimi-K2.5", device="H200", num_devices=8, ep_size=8, decode=True,
+                           moe_all_to_all="on"))
+    off = replace(SMALL, moe_all_to_all="off")
+    commands = launch_commands(off, Config(Layout(16, 1, 16, 16), None, 64, None), 8, expert_dtype="fp8",
+                               cuda_arch=90)
+    assert "--moe-a2a-backend" not in commands["sglang"]
+    assert commands["vllm"][commands["vllm"].index("--all2all-backend") + 1] == "allgather_reducescatter"
+
+
 @pytest.mark.parametrize("dtype", ["w4a16", "bf16"])
 def test_sglang_serves_experts_it_cannot_run_behind_deepep_without_it(dtype) -> None:
     """sglang's DeepEP MoE runs FP8 experts only (INT4 and BF16 methods take the standard

@@ -351,8 +351,9 @@ def sglang_overlaps(planner: Planner, decode: DecodeChoice) -> bool:
     """Whether sglang can run the decode pool's two-batch overlap: only with an MoE all-to-all."""
     from infercast.engines import engine_named
 
+    mode = "off" if planner.request.moe_all_to_all == "off" else "auto"
     return engine_named("sglang").moe_all_to_all.runs(planner.expert_dtype(decode.quantization), decode.layout.dp,
-                                                      planner.device.cuda_arch)
+                                                      planner.device.cuda_arch, mode)
 
 
 def launch_notes(planner: Planner, config: DisaggConfig) -> list[str]:

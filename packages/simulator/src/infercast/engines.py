@@ -359,9 +359,17 @@ class MoEAllToAll:
             reasons.append("runs its all-to-all only across DP attention ranks")
         return reasons
 
-    def runs(self, kernel_dtype: str, dp: int, cuda_arch: int | None) -> bool:
-        """Whether ``kernel_dtype`` experts go through the all-to-all (see :meth:`refusals`)."""
-        return not self.refusals(kernel_dtype, dp, cuda_arch)
+    def runs(self, kernel_dtype: str, dp: int, cuda_arch: int | None, mode: str = "auto",
+             engine: str = "the engine") -> bool:
+        """Whether ``kernel_dtype`` experts go through the all-to-all (see :meth:`refusals`):
+        ``mode`` is ``--moe-all-to-all``, ``auto`` (wherever the engine can run it), ``on`` (the
+        same, refused with the reasons where it cannot) or ``off`` (the standard dispatcher)."""
+        if mode == "off":
+            return False
+        reasons = self.refusals(kernel_dtype, dp, cuda_arch)
+        if mode == "on" and reasons:
+            raise InfercastError(f"--moe-all-to-all on: {engine} {' and '.join(reasons)}; use auto or off")
+        return not reasons
 
 
 SGLANG_ALL_TO_ALL = MoEAllToAll(

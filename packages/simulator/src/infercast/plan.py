@@ -141,6 +141,8 @@ class PlanRequest:
     """The scheduler one step ahead of the GPU: ``auto``, ``on`` or ``off`` (as ``UserInput``)."""
     moe_kernel: str = "auto"
     """The fused-MoE kernel family the engine is launched with (``auto``: its default; as ``UserInput``)."""
+    moe_all_to_all: str = "auto"
+    """Expert parallelism through the engine's all-to-all: ``auto``, ``on`` or ``off`` (as ``UserInput``)."""
     enable_attn_tp_input_scattered: bool = False
     """sglang's ``--enable-attn-tp-input-scattered`` for every server, priced in prefill where
     sglang's checks pass for the layout (:meth:`Planner.scattered_input`)."""
@@ -325,7 +327,8 @@ class Planner:
                              expert_imbalance=self.request.expert_imbalance, memory=self.memory,
                              pointwise=self.costs.engine.pointwise,
                              moe_all_to_all=self.costs.engine.moe_all_to_all.runs(
-                                 plan.routed_experts.kernel_dtype, layout.dp, self.device.cuda_arch))
+                                 plan.routed_experts.kernel_dtype, layout.dp, self.device.cuda_arch,
+                                 self.request.moe_all_to_all, self.costs.engine.name))
             built = build(self.config, self.profile, ctx, self.manager)
             chunk = self.request.serving.chunked_prefill_size or default_chunk(
                 self.device.memory_bytes, self.request.engine, self.device.name)
@@ -676,7 +679,8 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
         cmd += ["--dp-size", str(layout.dp), "--enable-dp-attention"]
     if layout.ep > 1:
         cmd += ["--ep-size", str(layout.ep)]
-        if engine_named("sglang").moe_all_to_all.runs(expert_dtype, layout.dp, cuda_arch):
+        if engine_named("sglang").moe_all_to_all.runs(expert_dtype, layout.dp, cuda_arch,
+                                                      "off" if request.moe_all_to_all == "off" else "auto"):
             cmd += ["--moe-a2a-backend", "deepep", "--deepep-mode", deepep_mode]
     if layout.redundant_experts:
         cmd += ["--ep-num-redundant-experts", str(layout.redundant_experts)]
@@ -840,7 +844,8 @@ def dispatch_notes(request: PlanRequest, layout: Layout, expert_dtype: str, cuda
         return []
 
     def dispatch(engine: str) -> str:
-        if engine_named(engine).moe_all_to_all.runs(expert_dtype, layout.dp, cuda_arch):
+        if engine_named(engine).moe_all_to_all.runs(expert_dtype, layout.dp, cuda_arch,
+                                                    "off" if request.moe_all_to_all == "off" else "auto"):
             return "an all-to-all"
         return "local experts over every token" + (" gathered from the DP ranks" if layout.dp > 1 else "")
 
@@ -868,7 +873,9 @@ def vllm_command(request: PlanRequest, config: Config, spec: Any = None,
     if layout.dp > 1:
         cmd += ["--data-parallel-size", str(layout.dp)]
     if layout.ep > 1:
-        cmd += ["--enable-expert-parallel"] + (["--all2all-backend", all2all] if layout.dp > 1 else [])
+        # without an all-to-all (--moe-all-to-all off) DP ranks gather every token and reduce-scatter the sum
+        backend = "allgather_reducescatter" if request.moe_all_to_all == "off" else all2all
+        cmd += ["--enable-expert-parallel"] + (["--all2all-backend", backend] if layout.dp > 1 else [])
     cmd += quantization_flags("vllm", config.quantization)[0]
     if request.kv_cache_dtype not in ("bf16", "auto"):
         cmd += ["--kv-cache-dtype", "fp8" if request.kv_cache_dtype.startswith("fp8") else request.kv_cache_dtype]

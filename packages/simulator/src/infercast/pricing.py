@@ -148,11 +148,14 @@ def default_memory_share(rule: StaticMemory, version: str | None, device: Device
                         speculative=speculative, vision=vision)
 
 
-def standard_dispatch_reason(model: CostModel, ctx: SimContext) -> str:
-    """Why this expert-parallel deployment runs the engine's standard dispatcher, not an all-to-all."""
+def standard_dispatch_reason(model: CostModel, ctx: SimContext, mode: str = "auto") -> str:
+    """Why this expert-parallel deployment runs the engine's standard dispatcher, not an all-to-all
+    (``mode``: ``--moe-all-to-all``)."""
     engine = model.engine
     reasons = engine.moe_all_to_all.refusals(ctx.quant.routed_experts.kernel_dtype, ctx.parallel.dp,
                                              model.device.cuda_arch, model.device.name)
+    if mode == "off" and not reasons:
+        return "--moe-all-to-all off"
     return f"{engine.name} " + " and ".join(reasons)
 
 

@@ -32,6 +32,7 @@ COST_MODELS = ("measured", "analytic")
 IMBALANCE = ("balanced", "power-law-1.01", "power-law-1.2")
 PREFILL_GRAPH_MODES = ("auto", "on", "off")
 ALL_REDUCE_FUSION_MODES = ("auto", "on", "off")
+MOE_ALL_TO_ALL_MODES = ("auto", "on", "off")
 MOE_KERNELS = ("auto", "marlin", "triton", "deepgemm", "flashinfer_cutlass", "cutlass", "trtllm")
 """``--moe-kernel``: the engine's default for the experts' dtype, or one fused-MoE kernel family
 (the short names infercast reads from the kernel tables' ``kernel_source``)."""
@@ -160,6 +161,11 @@ class UserInput:
                           "VLLM_MXFP4_USE_MARLIN=1, sglang's --moe-runner-backend): auto (the engine's default for "
                           "the experts' dtype), or one family, priced from its own table rows only", COST,
                           choices=MOE_KERNELS)
+    moe_all_to_all: str = opt("auto", "expert parallelism through the engine's MoE all-to-all (sglang's "
+                              "--moe-a2a-backend deepep, vLLM's --all2all-backend): auto (wherever the engine runs "
+                              "the experts' dtype behind it, as plan launches it; default), on, or off (the "
+                              "standard dispatcher: local experts over every token, then an all-reduce, as sglang "
+                              "runs --ep-size without --moe-a2a-backend)", COST, choices=MOE_ALL_TO_ALL_MODES)
     overlap_scheduling: str = opt("auto", "the scheduler prepares the next step while the GPU runs this one (sglang's "
                                   "overlap scheduler, vLLM's async scheduling from 0.14.0, TensorRT-LLM's overlap "
                                   "scheduler): auto (the engine version's default), on, off", COST,

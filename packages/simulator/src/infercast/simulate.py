@@ -96,10 +96,11 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     model = cost_model_for(user, device)
     ctx.pointwise = model.engine.pointwise
     ctx.moe_all_to_all = model.engine.moe_all_to_all.runs(quant.routed_experts.kernel_dtype, parallel.dp,
-                                                        device.cuda_arch)
+                                                        device.cuda_arch, user.moe_all_to_all, model.engine.name)
     if parallel.two_batch_overlap and ctx.moe_dispatch == "local":
+        why = standard_dispatch_reason(model, ctx, user.moe_all_to_all)
         raise InfercastError("--two-batch-overlap overlaps one micro-batch's MoE all-to-all with the other's "
-                             f"compute, and this deployment has none: {standard_dispatch_reason(model, ctx)}")
+                             f"compute, and this deployment has none: {why}")
     built = build(config, profile, ctx, manager)
     chunk = default_chunk(device.memory_bytes, model.engine.name, device.name)
     ctx.prefill_graph_tokens = prefill_graph_tokens(model, built, parallel, chunk, mode=user.prefill_cuda_graph)
@@ -184,7 +185,8 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
         result.notes.append(f"all-reduce fusion: {fusion_why}; each decoder layer's all-reduce carries the residual "
                             "add and RMSNorm after it (the last layer's all-reduce apart), priced as the all-reduce")
     if ctx.moe_dispatch == "local":
-        result.notes.append(f"expert parallelism without an all-to-all: {standard_dispatch_reason(model, ctx)}; each "
+        why = standard_dispatch_reason(model, ctx, user.moe_all_to_all)
+        result.notes.append(f"expert parallelism without an all-to-all: {why}; each "
                             "rank runs its local experts over all " + (
                                 "gathered tokens and a reduce-scatter (decode) or an all-reduce (prefill) sums them"
                                 if parallel.dp > 1 else "tokens and an all-reduce sums them")

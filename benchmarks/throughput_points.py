@@ -5,17 +5,19 @@ page; the same tables under nvidia.github.io/TensorRT-LLM/performance/perf-overv
 ``trtllm-bench throughput`` on the PyTorch backend: every request of a synthetic dataset
 (``prepare_dataset.py token-norm-dist``, fixed input and output lengths) queued at once, FP8
 ModelOpt checkpoints (FP8 weights and KV cache), CUDA graphs with padding, options otherwise
-left at their defaults, ``--kv_cache_free_gpu_mem_fraction 0.95``, and it reports the total
-output throughput. trtllm-bench sizes the engine from the lengths
-(``tensorrt_llm/bench/build/tuning.py``): the KV requests R it estimates fit (95% of the memory
-left after an engine of one byte a parameter, over the input plus output length), a batch of at
-most R rounded up, and ``max_num_tokens`` R x (1 + input / output), capped at 32,768, at least
-2,048 and rounded up (:func:`bench_settings`).
+left at their defaults (the page: ``--kv_cache_free_gpu_mem_fraction 0.95`` "in many cases",
+0.90 where that ran out of memory), and it reports the total output throughput. trtllm-bench
+sizes the engine from the lengths (``tensorrt_llm/bench/build/tuning.py``): the KV requests R it
+estimates fit (95% of the device memory NVML reports, in GiB, less an engine of one byte a
+parameter, over the input plus output length), a batch of at most R rounded up, and
+``max_num_tokens`` R x (1 + input / output), capped at 32,768, at least 2,048 and rounded up
+(:func:`bench_settings`). Chunked prefill is off by default, and trtllm-bench raises the token
+budget to at least one whole prompt plus the batch (``bench/benchmark/utils/general.py``,
+``get_settings``), so every prompt is prefilled in one step.
 
 Each row is replayed with ``infercast plan``'s serving model on TensorRT-LLM: the requests as
-that many clients in a closed loop (a full queue), the prompt-token budget trtllm-bench sets,
-and the largest batch that fits in the device's memory at 0.95 (the engine admits what its KV
-cache holds). A closed loop at a full queue is the steady state: the run's ramp-up and its last
+that many clients in a closed loop (a full queue), that prompt-token budget, and the largest
+batch that fits in the device's memory at 0.95 (the engine admits what its KV cache holds). A closed loop at a full queue is the steady state: the run's ramp-up and its last
 requests draining are left out. Nothing here feeds the simulator. Run:
 .venv/bin/python benchmarks/throughput_points.py
 """
@@ -46,8 +48,7 @@ PUBLISHED = {
     ("meta-llama/Llama-3.1-70B-Instruct", "H100", 2): (5892.94, 4181.06, 723.40, 2785.53, 865.55, 411.85),
     ("meta-llama/Llama-3.1-70B-Instruct", "H200", 2): (7467.36, 4773.33, 747.55, 3775.80, 978.28, 609.42),
 }
-DEVICE_GB = {"H100": 80, "H200": 141}
-"""What trtllm-bench's get_device_memory reads, in GB (the cards' nominal memory)."""
+
 BATCHES = (8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 2048)
 
 
@@ -61,17 +62,19 @@ class Point:
     measured: float
 
 
-def bench_settings(params_b: float, kv_bytes_per_token: float, device_gb: float, tp: int, isl: int,
+def bench_settings(params: float, kv_bytes_per_token: float, device_bytes: float, tp: int, isl: int,
                    osl: int) -> tuple[int, int]:
     """(max_batch_size, max_num_tokens) as trtllm-bench's tuning sets them (``calc_engine_setting``
-    and ``finetune_setting``): FP8 weights at one byte a parameter, ``kv_bytes_per_token`` over
-    every rank."""
-    available = device_gb * tp - params_b
+    and ``finetune_setting``, in GiB as it counts): FP8 weights at one byte a parameter,
+    ``kv_bytes_per_token`` over every rank; the token budget then raised to a whole prompt plus
+    the batch, chunked prefill being off."""
+    available = (device_bytes * tp - params) / 1024 ** 3
     requests = available * 0.95 / (kv_bytes_per_token / 1024 ** 3) / (isl + osl)
     raw_bs = min(requests, 4096)
     raw_token = min(raw_bs * (1 + isl / osl), 32768)
-    return (_round_up(raw_bs, ((256, 32), (1024, 128), (math.inf, 256)), 64),
-            _round_up(raw_token, ((4096, 256), (8192, 512), (math.inf, 1024)), 2048))
+    batch = _round_up(raw_bs, ((256, 32), (1024, 128), (math.inf, 256)), 64)
+    tokens = _round_up(raw_token, ((4096, 256), (8192, 512), (math.inf, 1024)), 2048)
+    return batch, max(tokens, isl + batch)
 
 
 def _round_up(value: float, tiers: tuple[tuple[float, int], ...], floor: int) -> int:
@@ -89,7 +92,7 @@ def replay(point: Point) -> tuple[float, int, int]:
     """(total output tokens/s, the batch, the prompt-token budget) of ``point`` simulated."""
     from infercast_adapters.config import load_config
 
-    from infercast.plugins import get_manager, known_model_refs
+    from infercast.plugins import get_devices, get_manager, known_model_refs
     from infercast.simulate import UserInput, simulate
 
     step = simulate(UserInput(model=point.model, device=point.device, num_devices=point.tp, decode=True,
@@ -97,7 +100,8 @@ def replay(point: Point) -> tuple[float, int, int]:
     text = load_config(point.model, manager=get_manager(), known_models=known_model_refs(get_manager()))
     head = text.hidden_size // text.num_attention_heads
     kv = 2 * text.num_hidden_layers * max(point.tp, text.num_key_value_heads) * head  # FP8 cache, all ranks
-    batch_cap, chunk = bench_settings(step.parameters_billion, kv, DEVICE_GB[point.device], point.tp, point.isl,
+    device = get_devices().get(point.device)
+    batch_cap, chunk = bench_settings(step.parameters_billion * 1e9, kv, device.memory_bytes, point.tp, point.isl,
                                       point.osl)
     batches = tuple(b for b in BATCHES if b < batch_cap) + (batch_cap,)
     request = PlanRequest(model=point.model, device=point.device, num_devices=(point.tp,), batches=batches,

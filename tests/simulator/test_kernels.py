@@ -411,6 +411,17 @@ def test_a_launched_moe_kernel_is_priced_from_its_own_rows_or_its_familys_figure
     assert "(fused MoE: triton only)" in CostModel(DEVICES["H200"], "vllm", moe_kernel="triton").describe()
 
 
+def test_a_launched_moe_kernel_behind_deepep_is_priced_as_that_kernel() -> None:
+    """Behind DeepEP the tables time sglang's DeepEP MoE (DeepGEMM's grouped GEMMs): auto and
+    --moe-kernel deepgemm read those rows, another named kernel does not."""
+    record = fused_moe_record(64, 256, 7168, 2048, 8, 1, "fp8_block")
+    record.named.update(local_experts=32, dispatch="all_to_all", routed_rows=64 * 8 * 8 / 8.0)
+    prices = {kernel: CostModel(DEVICES["H200"], "sglang", moe_kernel=kernel).price(record, DECODE)
+              for kernel in ("auto", "deepgemm", "triton")}
+    assert prices["auto"].origin.startswith("moe sglang") and prices["deepgemm"] == prices["auto"]
+    assert prices["triton"].source == "analytic" and "triton (--moe-kernel)" in prices["triton"].origin
+
+
 def test_marlins_moe_figures_price_vllms_marlin_mxfp4_rows_within_their_stated_bias() -> None:
     """vLLM 0.24.0's H200 table times its Marlin MXFP4 MoE for one expert shape (3,584 hidden,
     3,072 intermediate, 896 experts, top-16) at MoE TP 1-16 and 1-16,384 tokens. Marlin's

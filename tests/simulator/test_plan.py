@@ -398,6 +398,23 @@ def test_moe_all_to_all_off_prices_and_launches_the_standard_dispatcher() -> Non
     assert commands["vllm"][commands["vllm"].index("--all2all-backend") + 1] == "allgather_reducescatter"
 
 
+def test_moe_all_to_all_on_applies_to_expert_parallel_layouts_only() -> None:
+    """``on`` refuses only an expert-parallel layout the engine cannot run behind an all-to-all:
+    a dense model or EP 1 is priced as by default, and the planner leaves out the layouts vLLM
+    serves without one (TP attention) instead of failing the sweep."""
+    from infercast.simulate import simulate
+
+    dense = dict(model="meta-llama/Llama-3.1-8B-Instruct", device="H100", num_devices=1, engine="vllm", decode=True)
+    assert simulate(UserInput(moe_all_to_all="on", **dense)).tpot_ms == simulate(UserInput(**dense)).tpot_ms
+    request = PlanRequest(model="deepseek-ai/DeepSeek-V3", device="H200", num_devices=(8,), batches=(64,),
+                          speculative=(), engine="vllm", mode="static", moe_all_to_all="on")
+    planner = Planner(request)
+    kept = {point[0] for point in planner.grid()}
+    auto = {point[0] for point in Planner(replace(request, moe_all_to_all="auto")).grid()}
+    assert kept < auto and all(x.ep == 1 or x.dp > 1 for x in kept)
+    assert {x for x in auto - kept} == {x for x in auto if x.ep > 1 and x.dp == 1}
+
+
 @pytest.mark.parametrize("dtype", ["w4a16", "bf16"])
 def test_sglang_serves_experts_it_cannot_run_behind_deepep_without_it(dtype) -> None:
     """sglang's DeepEP MoE runs FP8 experts only (INT4 and BF16 methods take the standard

@@ -74,6 +74,23 @@ def test_the_breakdown_is_the_chosen_configuration_as_simulate_prices_it(planned
     assert user == simulate_input(REQUEST, result.best, spec_of(planner, result.best)) and args.show_ops == 20
 
 
+def test_the_simulate_command_carries_the_plans_engine_settings(planned) -> None:
+    """Settings that price the decode step travel into the printed ``infercast simulate`` command
+    and parse back unchanged."""
+    from infercast.report_html import command_line
+
+    planner, result, _ = planned
+    request = replace(REQUEST, moe_kernel="triton", moe_all_to_all="off", overlap_scheduling="off",
+                      all_reduce_fusion="off", mem_fraction_static=0.8)
+    user = simulate_input(request, result.best, spec_of(planner, result.best))
+    command = command_line(user)
+    for flag in ("--moe-kernel triton", "--moe-all-to-all off", "--overlap-scheduling off",
+                 "--all-reduce-fusion off", "--mem-fraction-static 0.8"):
+        assert flag in command
+    args = build_parser().parse_args(command.split()[1:])
+    assert UserInput(**{f: getattr(args, f) for f in UserInput.__dataclass_fields__}) == user
+
+
 def test_speculative_rows_are_grouped_by_forward(planned) -> None:
     planner, result, _ = planned
     spec = next(c for c in result.frontier if c.spec is not None)

@@ -78,6 +78,9 @@ class Phase:
 
 
 DENSE_GEMMS = ("infercast::gemm", "infercast::quant_gemm")
+DEEPEP_EXPERT_KERNEL = "deepgemm"
+"""The expert kernel the tables' DeepEP MoE rows time (sglang's DeepEPMoE runs DeepGEMM's grouped
+GEMMs): with ``--moe-kernel`` naming another, those rows do not price it."""
 LOCAL_EXPERT_KERNELS = ("marlin",)
 """MoE kernels an engine keeps behind an all-to-all, over its local experts, where no DeepEP
 kernel is measured for the dtype: vLLM's INT4 MoE method runs Marlin experts behind DeepEP's
@@ -179,7 +182,7 @@ class CostModel:
             kernel = self.engine.dense_kernels.get(cost.kernel_dtype)
         elif record.name == "infercast::fused_moe":
             kernel = next(iter(self.engine.moe_kernels.get(_table_dtype(cost.kernel_dtype, self.device), ())), None)
-            if record["dispatch"] == "all_to_all" and kernel not in LOCAL_EXPERT_KERNELS:
+            if record["dispatch"] == "all_to_all" and kernel not in LOCAL_EXPERT_KERNELS and self.moe_kernel == "auto":
                 return None  # behind DeepEP engines run their DeepEP MoE kernels (sglang: DeepGEMM), not this
         else:
             return None
@@ -261,7 +264,7 @@ def _why_analytic(record: OpRecord, query: Query | None, model: CostModel) -> st
     if query is None and record.name == "infercast::fused_moe" and model.moe_kernel != "auto":
         return (f"no moe table times {model.moe_kernel} (--moe-kernel) for this expert shape"
                 + ("" if not _moe_kernels_measured(record, model) else
-                   f"; measured with {', '.join(_moe_kernels_measured(record, model))}, which the engine does not run"))
+                   f"; measured with {', '.join(_moe_kernels_measured(record, model))}, which --moe-kernel leaves out"))
     if query is None and record.name == "infercast::fused_moe":
         other = _moe_routings_measured(record, model)
         if other:
@@ -540,7 +543,7 @@ def _moe_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -
     rest = (record["distribution"], top_k, experts, hidden, inter, moe_tp)
     if local < experts:  # expert parallel: behind DeepEP, its grouped GEMMs (low-latency layout in decode)
         kernel = None
-        if record["dispatch"] == "all_to_all":
+        if record["dispatch"] == "all_to_all" and model.moe_kernel in ("auto", DEEPEP_EXPERT_KERNEL):
             kernel = model.engine_kernel(dtype, rest, ("deepep_ll",) if phase.decode else ("deepep_normal",),
                                          only=True)
         if kernel is None:  # the engine's own kernel over its local experts (the standard dispatcher's, or kept

@@ -317,9 +317,9 @@ def plan_disagg(planner: Planner, progress: Callable[[int, int], None] | None = 
     if not prefill_layouts or not decode_layouts:
         raise InfercastError(f"no valid layout for {r.model} on the prefill ({options.prefill_devices or r.num_devices})"
                              f" or decode ({options.decode_devices or r.num_devices}) device counts")
-    work = [("p", x, q) for x in prefill_layouts for q in r.quantizations]
+    work = [("p", x, q) for x in prefill_layouts for q in r.quantizations if planner.runs_all_to_all(x, q)]
     work += [("d", x, q, b, s) for x in decode_layouts for q in r.quantizations for b in r.batches if b >= x.dp
-             for s in (None, *planner.spec_grid)]
+             for s in (None, *planner.spec_grid) if planner.runs_all_to_all(x, q)]
     for n, item in enumerate(work):
         if item[0] == "p":
             prefill.append(prefill_choice(planner, pricer, item[1], item[2], lengths))

@@ -328,7 +328,8 @@ class Planner:
                              pointwise=self.costs.engine.pointwise,
                              moe_all_to_all=self.costs.engine.moe_all_to_all.runs(
                                  plan.routed_experts.kernel_dtype, layout.dp, self.device.cuda_arch,
-                                 self.request.moe_all_to_all, self.costs.engine.name))
+                                 self.request.moe_all_to_all if layout.ep > 1 else "auto",
+                                 self.costs.engine.name))
             built = build(self.config, self.profile, ctx, self.manager)
             chunk = self.request.serving.chunked_prefill_size or default_chunk(
                 self.device.memory_bytes, self.request.engine, self.device.name)
@@ -513,12 +514,22 @@ class Planner:
         config.meets_slo = config.violation == 0.0
         return config
 
+    def runs_all_to_all(self, layout: Layout, quant: str | None) -> bool:
+        """Whether ``layout`` can be served as ``--moe-all-to-all on`` asks: always unless it is on
+        and the engine cannot run this expert-parallel layout's experts behind an all-to-all."""
+        if self.request.moe_all_to_all != "on" or layout.ep == 1:
+            return True
+        dtype = _resolve_quant(self.config, self.text, quant, self.profile).routed_experts.kernel_dtype
+        return self.costs.engine.moe_all_to_all.runs(dtype, layout.dp, self.device.cuda_arch)
+
     def grid(self) -> list[tuple[Layout, str | None, int, SpecChoice | None]]:
         experts = routed_experts(self.text, self.profile)
         points = []
         for n in self.request.num_devices:
             for layout in layouts(n, num_heads=self.text.num_attention_heads, num_experts=experts):
                 for quant in self.request.quantizations:
+                    if not self.runs_all_to_all(layout, quant):
+                        continue  # --moe-all-to-all on: the engine cannot serve this layout so
                     for batch in self.request.batches:
                         if batch < layout.dp:
                             continue  # a DP rank with no request

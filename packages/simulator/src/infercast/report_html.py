@@ -94,7 +94,9 @@ def simulate_input(request: Any, config: Any, spec: Any = None) -> Any:
         engine_version=request.engine_version, calibration=request.calibration, cost_model=request.cost_model,
         expert_imbalance=request.expert_imbalance, prefill_cuda_graph=request.prefill_cuda_graph,
         all_reduce_fusion=request.all_reduce_fusion, overlap_scheduling=request.overlap_scheduling,
-        moe_kernel=request.moe_kernel, moe_all_to_all=request.moe_all_to_all, two_batch_overlap=getattr(config, "two_batch_overlap", False))
+        moe_kernel=request.moe_kernel, moe_all_to_all=request.moe_all_to_all,
+        mem_fraction_static=request.mem_fraction_static, max_total_tokens=request.max_total_tokens,
+        two_batch_overlap=getattr(config, "two_batch_overlap", False))
     if config.spec is not None and spec is not None:
         user = replace(user, speculative_algorithm=spec.algorithm, speculative_draft_model=spec.draft_model,
                        speculative_num_steps=config.spec.num_steps, speculative_eagle_topk=config.spec.topk,

@@ -96,7 +96,9 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     model = cost_model_for(user, device)
     ctx.pointwise = model.engine.pointwise
     ctx.moe_all_to_all = model.engine.moe_all_to_all.runs(quant.routed_experts.kernel_dtype, parallel.dp,
-                                                        device.cuda_arch, user.moe_all_to_all, model.engine.name)
+                                                        device.cuda_arch,
+                                                        user.moe_all_to_all if parallel.ep > 1 else "auto",
+                                                        model.engine.name)
     if parallel.two_batch_overlap and ctx.moe_dispatch == "local":
         why = standard_dispatch_reason(model, ctx, user.moe_all_to_all)
         raise InfercastError("--two-batch-overlap overlaps one micro-batch's MoE all-to-all with the other's "

@@ -444,6 +444,22 @@ def test_marlins_moe_figures_price_vllms_marlin_mxfp4_rows_within_their_stated_b
     assert 0.1 < min(ratios) and max(ratios) < 1.2
 
 
+def test_a_launched_moe_kernel_without_a_figure_for_the_experts_is_noted() -> None:
+    """Marlin has no table row and no figure of its own for DeepSeek-V3's FP8-block experts: the
+    fused MoE falls back to the generic figures and the result says so; for gpt-oss's MXFP4
+    experts Marlin's figures apply and nothing is noted."""
+    from infercast.simulate import UserInput, simulate
+
+    fp8 = simulate(UserInput(model="deepseek-ai/DeepSeek-V3", device="H200", num_devices=8, decode=True,
+                             moe_kernel="marlin"))
+    assert any(note.startswith("--moe-kernel marlin: no table and no figure of its own for fp8_block experts")
+               for note in fp8.notes)
+    mxfp4 = simulate(UserInput(model="openai/gpt-oss-20b", device="H100", num_devices=1, decode=True, engine="vllm",
+                               moe_kernel="marlin"))
+    moe = next(op for op in mxfp4.ops if op.name.startswith("fused_moe"))
+    assert moe.origin.endswith("marlin stream") and not any("no figure of its own" in n for n in mxfp4.notes)
+
+
 def test_an_unknown_moe_kernel_is_refused_with_the_valid_ones() -> None:
     from infercast.request import MOE_KERNELS, UserInput, check
 

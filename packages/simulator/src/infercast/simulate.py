@@ -194,6 +194,12 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
                                 if parallel.dp > 1 else "tokens and an all-reduce sums them")
                             + ("; --enable-shared-expert-tp changes nothing: the shared experts are sharded over "
                                "every rank" if parallel.shared_expert_tp else ""))
+    generic = [row for row in result.ops if row.name.startswith("fused_moe") and row.source == "analytic"
+               and "(--moe-kernel)" in row.origin and not row.origin.endswith("stream")]
+    if generic:
+        result.notes.append(f"--moe-kernel {user.moe_kernel}: no table and no figure of its own for "
+                            f"{quant.routed_experts.kernel_dtype} experts on {device.name}: the fused MoE is priced at "
+                            "the device's generic GEMM figures (check the engine runs this kernel for these experts)")
     window, windowed = sliding_window_layers(text)
     if windowed and window < context + query_length:
         result.notes.append(f"sliding-window attention: {windowed} of {text.num_hidden_layers} layers attend to the "

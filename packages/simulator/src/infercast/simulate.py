@@ -205,7 +205,9 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
         result.notes.append(f"sliding-window attention: {windowed} of {text.num_hidden_layers} layers attend to the "
                             f"last {window:,} of the {context + query_length:,} tokens, priced so; their KV cache is "
                             "held for the whole context, as engines without a hybrid cache allocator hold it (vLLM's "
-                            "and sglang's for such models keep only the window, so more requests fit there)")
+                            "hybrid KV cache manager frees a sliding layer's blocks outside its window, and sglang's "
+                            "sliding layers share a pool of 0.8 of the full layers' tokens, --swa-full-tokens-ratio: "
+                            "more requests fit there)")
     if user.model is None:
         entry = next((ref for ref, _ in manager.models() if ref.ref == model_ref), None)
         result.notes.append(f"no model given: simulated the default, {model_ref}"

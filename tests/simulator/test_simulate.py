@@ -597,3 +597,16 @@ def test_trace_caches_follow_the_module_tree() -> None:
         return [(r.name, r.path, r.count, [(t.shape, t.dtype, t.role) for t in r.tensors()]) for r in recs]
 
     assert view(trace(twin, 16)) == view(records) and any(t.role == "weight" for r in records for t in r.tensors())
+
+
+def test_a_sliding_layers_cache_is_counted_as_the_engine_keeps_it() -> None:
+    """gpt-oss-20b: 12 of its 24 layers slide over 128 tokens. vLLM frees what leaves the window,
+    so at 32,000 tokens a request holds 12 full layers plus 12 x 128 tokens, about half of what
+    holding every layer in full (TensorRT-LLM) takes; sglang's sliding pool is 0.8 of the full
+    layers' tokens: 12 + 12 x 0.8 = 21.6 layers' worth, 0.9 of it."""
+    step = dict(model="openai/gpt-oss-20b", device="H100", num_devices=1, decode=True, context_length=32000)
+    kv = {engine: simulate(UserInput(engine=engine, **step)).memory_gib["kv_cache"]
+          for engine in ("trtllm", "sglang", "vllm")}
+    tokens = 32001
+    assert kv["vllm"] / kv["trtllm"] == pytest.approx((12 * tokens + 12 * 128) / (24 * tokens), rel=1e-6)
+    assert kv["sglang"] / kv["trtllm"] == pytest.approx(21.6 / 24, rel=1e-6)

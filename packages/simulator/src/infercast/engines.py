@@ -37,6 +37,21 @@ eagerly between the captured pieces (sglang's and vLLM's split op wraps the atte
 forward, which stores the new keys and values)."""
 
 
+@dataclass(frozen=True)
+class SlidingKV:
+    """How an engine's cache holds a sliding-window layer's keys and values: ``window``, only the
+    tokens still inside the window (the rest freed as the context grows), or ``pool``, a pool of
+    ``ratio`` times the full layers' tokens shared by the sliding layers."""
+
+    kind: str
+    source: str
+    ratio: float = 1.0
+
+    def held(self, tokens: int, window: int) -> float:
+        """Tokens a sliding layer keeps for a request of ``tokens``."""
+        return min(tokens, window) if self.kind == "window" else self.ratio * tokens
+
+
 def reaches(version: str | None, since: str) -> bool:
     """Whether engine ``version`` is ``since`` or newer; an unknown (None) or unparsable version
     is taken as the newest, as the default tables are."""
@@ -482,6 +497,9 @@ class Engine:
     slow_tokenizer: SlowTokenizerCall | None = None
     """How the request path calls a slow tokenizer class (None: not known, taken as
     ``tokenizer(text)``)."""
+    sliding_kv: SlidingKV | None = None
+    """What the KV cache holds for a sliding-window layer (None: every token of the context,
+    as an allocator without hybrid pools does)."""
 
     def prefill_graphs_as(self, version: str | None) -> str:
         """The ``--prefill-cuda-graph`` mode that prices prefill launched as engine ``version``
@@ -679,6 +697,8 @@ register(Engine(
     absorbed_in_prefill_graphs=True,
     scattered_attention_input=SGLANG_SCATTERED_ATTENTION_INPUT,
     static_memory=SGLANG_STATIC_MEMORY,
+    sliding_kv=SlidingKV("pool", "sglang's hybrid SWA memory pool (SWAKVPool): the sliding layers share a pool of "
+                         "--swa-full-tokens-ratio (default 0.8, server_args.py) times the full layers' tokens", 0.8),
     slow_tokenizer=SlowTokenizerCall(
         "0.5.12", "TokenizerManager._tokenize_texts calls tokenizer(texts) up to 0.5.11 and, for a tokenizer that is "
         "not is_fast, encode() on each text from 0.5.12 (PR 25265); the opt-in --enable-dynamic-batch-tokenizer "
@@ -704,6 +724,8 @@ register(Engine(
     # faster than Marlin (pytorch/FBGEMM PR 3259), so both are priced at Marlin's figure
     dense_kernels={"w4a16": "marlin"},
     moe_all_to_all=VLLM_ALL_TO_ALL,
+    sliding_kv=SlidingKV("window", "vLLM V1's hybrid KV cache manager: a sliding-window layer's blocks that fall "
+                         "out of its window are freed (SlidingWindowManager), so it holds about the window"),
     slow_tokenizer=SlowTokenizerCall(
         "0.24.0", "the OpenAI server tokenizes prompts through AsyncMicrobatchTokenizer, which calls tokenizer(prompt) "
         "(vllm/utils/async_utils.py in 0.16.0, 0.20.0, 0.22.0 and 0.23.0; vLLM issue 39590; earlier versions not "

@@ -77,6 +77,9 @@ class SimContext:
     """Pointwise kernels the serving engine folds into their neighbours (the engine's). Its FP8
     fusions apply to the ``fp8`` kernel family (no block scales: TensorRT-LLM's per-tensor FP8);
     block-scaled FP8 keeps its per-group quantize kernels."""
+    sliding_kv: Any = None
+    """The engine's :class:`~infercast.engines.SlidingKV` (None: a sliding layer's cache holds the
+    whole context)."""
 
     moe_all_to_all: bool = True
     """Under expert parallelism, tokens reach their experts' ranks through an all-to-all backend

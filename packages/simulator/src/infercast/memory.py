@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from infercast.devices import GIB, DeviceSpec
 
@@ -55,6 +55,18 @@ def kv_bytes_per_token(built: BuiltModel) -> int:
     return sum(layer.self_attn.kv_bytes_per_token() for layer in built.sim.layers)
 
 
+def kv_bytes_held(built: BuiltModel, tokens: int, sliding: Any = None) -> float:
+    """Cache bytes a request of ``tokens`` holds on a rank: each layer's bytes per token for every
+    token it keeps, a sliding-window layer's as the engine's ``sliding``
+    (:class:`~infercast.engines.SlidingKV`) keeps them (None: the whole context)."""
+    total = 0.0
+    for layer in built.sim.layers:
+        window = getattr(layer.self_attn, "window", 0)
+        held = sliding.held(tokens, window) if window and sliding is not None else tokens
+        total += layer.self_attn.kv_bytes_per_token() * held
+    return total
+
+
 def memory(built: BuiltModel, records: list[OpRecord], device: DeviceSpec, ctx: SimContext, extra_weight_bytes: int = 0,
            extra_kv_per_token: int = 0) -> tuple[dict[str, float], int]:
     """Per device: weights, the KV cache of this step's requests, the largest live activation,
@@ -62,7 +74,8 @@ def memory(built: BuiltModel, records: list[OpRecord], device: DeviceSpec, ctx: 
     the pool's, and how many requests fit at this context."""
     weights = built.sim.weight_bytes() + extra_weight_bytes
     kv_per_token = kv_bytes_per_token(built) + extra_kv_per_token
-    kv = kv_per_token * ctx.requests * ctx.workload.kv_length
+    held = kv_bytes_held(built, ctx.workload.kv_length, ctx.sliding_kv) + extra_kv_per_token * ctx.workload.kv_length
+    kv = held * ctx.requests
     activation = 0
     for r in records:
         inputs = r.tensors()[:1] if r.name in ("infercast::attention", "infercast::mla_attention") else r.tensors()
@@ -70,7 +83,7 @@ def memory(built: BuiltModel, records: list[OpRecord], device: DeviceSpec, ctx: 
         activation = max(activation, live)
     limits = ctx.memory
     capacity = limits.usable_bytes(device)
-    per_request = kv_per_token * ctx.workload.kv_length + activation / max(ctx.requests, 1)
+    per_request = held + activation / max(ctx.requests, 1)
     max_requests = max(0, math.floor((capacity - weights) / per_request)) if per_request else 0
     if limits.max_total_tokens is not None and ctx.workload.kv_length:
         max_requests = min(max_requests, limits.max_total_tokens // ctx.workload.kv_length)

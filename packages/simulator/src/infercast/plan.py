@@ -26,7 +26,7 @@ from infercast.build import BuiltModel, build
 from infercast.devices import GIB, DeviceSpec
 from infercast.engines import ENGINES, engine_named, reaches
 from infercast.layers import KV_DTYPES, SimContext
-from infercast.memory import MemoryLimits
+from infercast.memory import MemoryLimits, kv_bytes_held
 from infercast.parallel import Parallel, Workload, validate_layout
 from infercast.pricing import (
     absorbed_in_graphs,
@@ -325,7 +325,7 @@ class Planner:
             ctx = SimContext(parallel=parallel, workload=Workload(1, 1, 0, True), quant=plan,
                              kv_cache_dtype=KV_DTYPES[self.request.kv_cache_dtype],
                              expert_imbalance=self.request.expert_imbalance, memory=self.memory,
-                             pointwise=self.costs.engine.pointwise,
+                             pointwise=self.costs.engine.pointwise, sliding_kv=self.costs.engine.sliding_kv,
                              moe_all_to_all=self.costs.engine.moe_all_to_all.runs(
                                  plan.routed_experts.kernel_dtype, layout.dp, self.device.cuda_arch,
                                  self.request.moe_all_to_all if layout.ep > 1 else "auto",
@@ -479,7 +479,8 @@ class Planner:
         built, ctx = self._model(layout, quant)
         requests = math.ceil(batch / layout.dp)
         weights = built.sim.weight_bytes()
-        kv_per_token = sum(layer.self_attn.kv_bytes_per_token() for layer in built.sim.layers)
+        length = r.input_length + r.output_length
+        kv = requests * kv_bytes_held(built, length, ctx.sliding_kv)
         costs = self.costs
         if spec is None:
             cycle = self.seconds(layout, quant, "target", batch, 1, 1, context=context) + costs.host_step().at(requests)
@@ -494,9 +495,9 @@ class Planner:
             tau = self.acceptance[spec][0]
             draft, _ = self._draft(layout, quant, spec.option)
             weights += weight_bytes(draft)
-            kv_per_token += draft.kv_bytes_per_token()
-        slots = requests * (r.input_length + r.output_length)
-        memory = weights + kv_per_token * slots
+            kv += requests * length * draft.kv_bytes_per_token()
+        slots = requests * length
+        memory = weights + kv
         config.memory_gib = memory / GIB
         config.fits = memory <= self.memory.usable_bytes(self.device) and (
             self.memory.max_total_tokens is None or slots <= self.memory.max_total_tokens)

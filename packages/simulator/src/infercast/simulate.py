@@ -95,6 +95,7 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
                      memory=MemoryLimits.asked(user.mem_fraction_static, user.max_total_tokens))
     model = cost_model_for(user, device)
     ctx.pointwise = model.engine.pointwise
+    ctx.sliding_kv = model.engine.sliding_kv
     ctx.moe_all_to_all = model.engine.moe_all_to_all.runs(quant.routed_experts.kernel_dtype, parallel.dp,
                                                         device.cuda_arch,
                                                         user.moe_all_to_all if parallel.ep > 1 else "auto",
@@ -202,12 +203,12 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
                             "the device's generic GEMM figures (check the engine runs this kernel for these experts)")
     window, windowed = sliding_window_layers(text)
     if windowed and window < context + query_length:
+        held = (f"their KV cache as {model.engine.name} keeps it: {model.engine.sliding_kv.source}"
+                if model.engine.sliding_kv else
+                f"their KV cache is held for the whole context ({model.engine.name} is taken to have no hybrid "
+                "cache allocator; vLLM's and sglang's keep less, so more requests fit there)")
         result.notes.append(f"sliding-window attention: {windowed} of {text.num_hidden_layers} layers attend to the "
-                            f"last {window:,} of the {context + query_length:,} tokens, priced so; their KV cache is "
-                            "held for the whole context, as engines without a hybrid cache allocator hold it (vLLM's "
-                            "hybrid KV cache manager frees a sliding layer's blocks outside its window, and sglang's "
-                            "sliding layers share a pool of 0.8 of the full layers' tokens, --swa-full-tokens-ratio: "
-                            "more requests fit there)")
+                            f"last {window:,} of the {context + query_length:,} tokens, priced so; {held}")
     if user.model is None:
         entry = next((ref for ref, _ in manager.models() if ref.ref == model_ref), None)
         result.notes.append(f"no model given: simulated the default, {model_ref}"

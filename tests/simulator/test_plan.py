@@ -413,6 +413,8 @@ def test_moe_all_to_all_on_applies_to_expert_parallel_layouts_only() -> None:
     auto = {point[0] for point in Planner(replace(request, moe_all_to_all="auto")).grid()}
     assert kept < auto and all(x.ep == 1 or x.dp > 1 for x in kept)
     assert {x for x in auto - kept} == {x for x in auto if x.ep > 1 and x.dp == 1}
+    assert any(note.startswith("--moe-all-to-all on: expert-parallel layouts vllm cannot serve")
+               for note in planner.run().notes)
 
 
 @pytest.mark.parametrize("dtype", ["w4a16", "bf16"])

@@ -530,7 +530,7 @@ class Planner:
             for layout in layouts(n, num_heads=self.text.num_attention_heads, num_experts=experts):
                 for quant in self.request.quantizations:
                     if not self.runs_all_to_all(layout, quant):
-                        continue  # --moe-all-to-all on: the engine cannot serve this layout so
+                        continue  # --moe-all-to-all on: the engine cannot serve this layout that way
                     for batch in self.request.batches:
                         if batch < layout.dp:
                             continue  # a DP rank with no request
@@ -570,6 +570,9 @@ class Planner:
                              f"device, {usable_gib:.1f} GiB is usable ({self.memory.describe(self.device)} of "
                              f"{self.device.name}'s memory); try more devices, a smaller --quantization, a shorter "
                              f"input/output or smaller --batch-sizes")
+        if self.request.moe_all_to_all == "on":
+            notes.append(f"--moe-all-to-all on: expert-parallel layouts {self.costs.engine.name} cannot serve behind an "
+                         "all-to-all (its refusals: docs/simulate.md) are left out of the sweep")
         if self.request.speculative is None:
             notes.append(f"speculative decoding swept by default: {', '.join(self.spec_requests) or 'none offered'} "
                          f"(the options the model family's adapter offers; --no-speculative turns it off)")

@@ -196,7 +196,7 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
                             + ("; --enable-shared-expert-tp changes nothing: the shared experts are sharded over "
                                "every rank" if parallel.shared_expert_tp else ""))
     generic = [row for row in result.ops if row.name.startswith("fused_moe") and row.source == "analytic"
-               and "(--moe-kernel)" in row.origin and not row.origin.endswith("stream")]
+               and "(--moe-kernel)" in row.origin and " stream" not in row.origin]
     if generic:
         result.notes.append(f"--moe-kernel {user.moe_kernel}: no table and no figure of its own for "
                             f"{quant.routed_experts.kernel_dtype} experts on {device.name}: the fused MoE is priced at "

@@ -73,7 +73,8 @@ def moe(ctx: SimContext, config: Any, index: int, profile: ModelProfile) -> SimM
     arch = detect_moe_architecture(config)
     return SimMoE(ctx, MoEShape(arch.num_experts, arch.top_k, config.hidden_size, arch.expert_intermediate_size,
                                 arch.shared_expert_intermediate_size, arch.router,
-                                getattr(config, "n_group", None), getattr(config, "topk_group", None)))
+                                getattr(config, "n_group", None), getattr(config, "topk_group", None),
+                                arch.family))
 
 
 def embedding(ctx: SimContext, config: Any, profile: ModelProfile) -> SimEmbedding:

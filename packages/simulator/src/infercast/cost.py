@@ -24,7 +24,8 @@ DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp
                torch.float8_e4m3fn: "fp8", torch.float8_e5m2: "fp8", torch.int8: "int8"}
 
 COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_block": "fp8", "int8": "int8", "w8a16": "bf16",
-                 "w4a16": "bf16", "w4a8": "int8", "mxfp4": "fp4", "mxfp4_w4a16": "bf16", "nvfp4": "fp4"}
+                 "w4a16": "bf16", "w4a8": "int8", "mxfp4": "fp4", "mxfp4_w4a16": "bf16", "nvfp4": "fp4",
+                 "fp32": "fp32"}
 """Kernel dtype -> the tensor-core dtype it computes in (weight-only kernels dequantise)."""
 
 
@@ -247,13 +248,11 @@ def _rope_kv_cache_write(record: OpRecord) -> OpCost:
 # -- ATen operators (a pytorch-ir graph: ``infercast simulate --from-ir``) ---------------
 #
 # A node of an exported graph arrives as an OpRecord named ``aten::<op>`` with its arguments
-# bound by the operator's schema names. GEMMs in fp32 (routers) are priced at the bf16 tensor
-# rate: no device profile publishes an fp32 peak, and they are a negligible share.
+# bound by the operator's schema names. GEMMs in fp32 run at the device's FP32 (CUDA-core) rate.
 
 
 def _gemm_dtype(spec) -> str:
-    name = DTYPE_NAMES.get(spec.dtype, "bf16")
-    return "bf16" if name == "fp32" else name
+    return DTYPE_NAMES.get(spec.dtype, "bf16")
 
 
 def _matmul_cost(record: OpRecord, a, b) -> OpCost:

@@ -34,8 +34,8 @@ from infercast.trace import OpRecord
 ANALYTIC = "analytic"
 SOURCES = ("measured", INTERPOLATED, EXTRAPOLATED, ANALYTIC)
 
-DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "int8": 1.0, "w8a16": 1.0, "w4a16": 0.5,
-               "w4a8": 0.5, "mxfp4": 0.53, "mxfp4_w4a16": 0.53, "nvfp4": 0.56}
+DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "int8": 1.0, "w8a16": 1.0,
+               "w4a16": 0.5, "w4a8": 0.5, "mxfp4": 0.53, "mxfp4_w4a16": 0.53, "nvfp4": 0.56}
 """Weight bytes per value by kernel dtype (block/group scales included for the 4-bit ones)."""
 
 
@@ -60,6 +60,8 @@ class Query:
     """Applied to the table's answer (a prefix correction, a multi-token verify)."""
     scaled_quality: str | None = None
     """The quality an answer gets when ``scale`` stands for a mechanism the table lacks."""
+    note: str = ""
+    """Said after the table's name in the op row (what ``scale`` stands for)."""
 
 
 @dataclass(frozen=True)
@@ -211,7 +213,7 @@ class CostModel:
                     quality = answer.quality if query.scale == 1.0 or query.scaled_quality is None else (
                         query.scaled_quality)
                     return Priced(answer.value * query.scale * 1e-6, timed.bound, quality,
-                                  f"{query.kind} {source.origin_of(query)}" + _busiest_note(record))
+                                  f"{query.kind} {source.origin_of(query)}{query.note}" + _busiest_note(record))
         why = _why_analytic(record, query, self)
         if kernel:
             why += f"; {kernel} stream"
@@ -371,18 +373,32 @@ def table_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) 
 
 
 def _gemm_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -> Query | None:
+    """The GEMM table of the kernel's dtype; an FP32 GEMM (no table times one) is the bf16 row of its
+    shape scaled by what the analytic model gives the two (:func:`_gemm_shape_time`): at a few rows
+    both are the kernel's fixed time and a weight stream, over many the CUDA cores' FP32 rate."""
     m, n, k = cost.gemm_mnk
     dtype = _table_dtype(cost.kernel_dtype, model.device)
     device = model.device
 
-    def shape(c):
-        mm, nn, kk = c
-        w = DTYPE_BYTES.get(dtype, 2.0)
-        return analytic.kernel_time(OpCost(flops=2 * mm * nn * kk, compute_dtype=COMPUTE_DTYPE.get(dtype, "bf16"),
-                                           bytes=2 * mm * kk + w * nn * kk + 2 * mm * nn, kernel_dtype=dtype,
-                                           kind="gemm", gemm_mnk=(int(mm), int(nn), int(kk))), device).seconds
+    def shape(c, dtype=dtype):
+        return _gemm_shape_time(c, dtype, device)
 
+    if dtype == "fp32":
+        scale = shape((m, n, k)) / shape((m, n, k), "bf16")
+        return Query("gemm", ("bf16",), (m, n, k), lambda c: shape(c, "bf16"), scale, EXTRAPOLATED,
+                     f"; its bf16 row x{scale:.2f} for FP32 on the CUDA cores")
     return Query("gemm", (dtype,), (m, n, k), shape)
+
+
+def _gemm_shape_time(c: tuple[float, ...], dtype: str, device: DeviceSpec) -> float:
+    """The analytic time of an (m, n, k) GEMM of kernel ``dtype`` with activations in the compute
+    dtype's width (bf16's for the quantized kinds)."""
+    mm, nn, kk = c
+    w = DTYPE_BYTES.get(dtype, 2.0)
+    a = 4.0 if dtype == "fp32" else 2.0
+    return analytic.kernel_time(OpCost(flops=2 * mm * nn * kk, compute_dtype=COMPUTE_DTYPE.get(dtype, "bf16"),
+                                       bytes=a * mm * kk + w * nn * kk + a * mm * nn, kernel_dtype=dtype,
+                                       kind="gemm", gemm_mnk=(int(mm), int(nn), int(kk))), device).seconds
 
 
 def _table_dtype(kernel_dtype: str, device: DeviceSpec) -> str:

@@ -273,7 +273,8 @@ class DeviceSpec:
 
     name: str
     peak_flops_per_s: Mapping[str, float]
-    """Dense tensor peaks by compute dtype: ``bf16``, ``fp16``, ``fp8``, ``int8``, ``fp4``."""
+    """Dense tensor peaks by compute dtype: ``bf16``, ``fp16``, ``fp8``, ``int8``, ``fp4``; and
+    ``fp32``, the CUDA cores' (vector) FP32 rate."""
     memory_bytes: float
     """What the driver reports as the device's total memory (``nvidia-smi`` memory.total,
     ``torch.cuda.mem_get_info``), which engines size their pools from. Data sheets round it:
@@ -303,9 +304,12 @@ class DeviceSpec:
     def peak(self, dtype: str) -> float:
         """Peak for a compute dtype, falling back to what the device runs it in without that
         tensor-core type: FP4 and FP8 weights are dequantised to bf16 (Hopper has no FP4
-        tensor cores, A100 no FP8), int8 runs at the fp8 rate where only that is published."""
+        tensor cores, A100 no FP8), int8 runs at the fp8 rate where only that is published.
+        ``fp32`` is the CUDA cores' FP32 rate (PyTorch's default matmul precision, "highest",
+        keeps FP32 GEMMs off the TF32 tensor cores); a device with no published FP32 figure (the
+        Ascend dies) takes its bf16 rate."""
         fallbacks = {"fp4": ("fp4", "bf16"), "fp8": ("fp8", "bf16"), "int8": ("int8", "fp8", "bf16"),
-                     "fp16": ("fp16", "bf16"), "bf16": ("bf16", "fp16")}
+                     "fp16": ("fp16", "bf16"), "bf16": ("bf16", "fp16"), "fp32": ("fp32", "bf16")}
         for candidate in fallbacks.get(dtype, (dtype,)):
             if candidate in self.peak_flops_per_s:
                 return self.peak_flops_per_s[candidate]
@@ -357,64 +361,71 @@ NVIDIA_SMI = "memory.total in nvidia-smi's listing (MiB), as public logs of the 
 BUILTIN_DEVICES: tuple[DeviceSpec, ...] = (
     DeviceSpec(
         name="A100", aliases=("A100-SXM-80GB",),
-        peak_flops_per_s={"bf16": 312 * T, "fp16": 312 * T, "int8": 624 * T},
+        peak_flops_per_s={"bf16": 312 * T, "fp16": 312 * T, "int8": 624 * T, "fp32": 19.5 * T},
         memory_bytes=81920 * MIB, hbm_bandwidth_bytes_per_s=2.04 * TB,
         scale_up_bandwidth_bytes_per_s=300 * GB, scale_up_latency_s=3e-6,
         scale_out_bandwidth_bytes_per_s=200e9 / 8, scale_out_latency_s=10e-6,
         kernel_tables='a100_sxm', sm_count=108, cuda_arch=80, devices_per_node=8, efficiency=AMPERE_A100,
         sources={"compute capability": CUDA_GPUS, "peaks, NVLink3": NVIDIA_SPEC, "memory": NVIDIA_SMI,
-                 "scale-out": "200 Gb/s HDR per GPU, typical DGX A100"},
+                 "scale-out": "200 Gb/s HDR per GPU, typical DGX A100",
+                 "fp32": "NVIDIA A100 data sheet: FP32 19.5 TFLOPS (CUDA cores)"},
     ),
     DeviceSpec(
         name="H100", aliases=("H100-SXM", "H100-80GB"),
-        peak_flops_per_s={"bf16": 989 * T, "fp16": 989 * T, "fp8": 1979 * T, "int8": 1979 * T},
+        peak_flops_per_s={"bf16": 989 * T, "fp16": 989 * T, "fp8": 1979 * T, "int8": 1979 * T, "fp32": 67 * T},
         memory_bytes=81559 * MIB, hbm_bandwidth_bytes_per_s=3.35 * TB,
         scale_up_bandwidth_bytes_per_s=450 * GB, scale_up_latency_s=3e-6,
         scale_out_bandwidth_bytes_per_s=IB_400G, scale_out_latency_s=10e-6,
         kernel_tables='h100_sxm', sm_count=132, cuda_arch=90, devices_per_node=8, efficiency=HOPPER_H100,
         sources={"compute capability": CUDA_GPUS, "peaks, NVLink4": NVIDIA_SPEC, "memory": NVIDIA_SMI,
-                 "scale-out": "400 Gb/s per GPU typical"},
+                 "scale-out": "400 Gb/s per GPU typical",
+                 "fp32": "NVIDIA H100 SXM data sheet: FP32 67 TFLOPS (CUDA cores)"},
     ),
     DeviceSpec(
         name="H200", aliases=("H200-SXM", "H200-141GB"),
-        peak_flops_per_s={"bf16": 989 * T, "fp16": 989 * T, "fp8": 1979 * T, "int8": 1979 * T},
+        peak_flops_per_s={"bf16": 989 * T, "fp16": 989 * T, "fp8": 1979 * T, "int8": 1979 * T, "fp32": 67 * T},
         memory_bytes=143771 * MIB, hbm_bandwidth_bytes_per_s=4.8 * TB,
         scale_up_bandwidth_bytes_per_s=450 * GB, scale_up_latency_s=3e-6,
         scale_out_bandwidth_bytes_per_s=IB_400G, scale_out_latency_s=10e-6,
         kernel_tables='h200_sxm', sm_count=132, cuda_arch=90, devices_per_node=8, efficiency=HOPPER_H200,
         sources={"compute capability": CUDA_GPUS, "peaks, NVLink4": NVIDIA_SPEC, "memory": NVIDIA_SMI,
-                 "scale-out": "400 Gb/s per GPU typical"},
+                 "scale-out": "400 Gb/s per GPU typical",
+                 "fp32": "NVIDIA H200 SXM data sheet: FP32 67 TFLOPS (CUDA cores)"},
     ),
     DeviceSpec(
         name="H20", aliases=("H20-96G",),
-        peak_flops_per_s={"bf16": 148 * T, "fp16": 148 * T, "fp8": 296 * T, "int8": 296 * T},
+        peak_flops_per_s={"bf16": 148 * T, "fp16": 148 * T, "fp8": 296 * T, "int8": 296 * T, "fp32": 44 * T},
         memory_bytes=97871 * MIB, hbm_bandwidth_bytes_per_s=4.0 * TB,
         scale_up_bandwidth_bytes_per_s=450 * GB, scale_up_latency_s=3e-6,
         scale_out_bandwidth_bytes_per_s=4 * IB_400G / 8, scale_out_latency_s=10e-6,
         sm_count=78, cuda_arch=90, devices_per_node=8, efficiency=H20_CAPPED,
         sources={"compute capability": CUDA_GPUS, "peaks, NVLink": NVIDIA_SPEC, "memory": NVIDIA_SMI,
                  "scale-out": "4 x 400 Gb/s RDMA NICs per 8-GPU node (H800: 8 x 400), 200 Gb/s a GPU: the H20-96G "
-                              "column of the spec table in LMSYS's blog of 2025-09-26 (SGLang at Ant Group)"},
+                              "column of the spec table in LMSYS's blog of 2025-09-26 (SGLang at Ant Group)",
+                 "fp32": "NVIDIA H20 product brief: FP32 44 TFLOPS (CUDA cores)"},
     ),
     DeviceSpec(
         name="B200",
-        peak_flops_per_s={"bf16": 2250 * T, "fp16": 2250 * T, "fp8": 4500 * T, "int8": 4500 * T, "fp4": 9000 * T},
+        peak_flops_per_s={"bf16": 2250 * T, "fp16": 2250 * T, "fp8": 4500 * T, "int8": 4500 * T, "fp4": 9000 * T,
+                          "fp32": 75 * T},
         memory_bytes=183359 * MIB, hbm_bandwidth_bytes_per_s=8 * TB,
         scale_up_bandwidth_bytes_per_s=900 * GB, scale_up_latency_s=3e-6,
         scale_out_bandwidth_bytes_per_s=IB_400G, scale_out_latency_s=10e-6,
         kernel_tables='b200_sxm', sm_count=148, cuda_arch=100, devices_per_node=8, efficiency=BLACKWELL_B200,
         sources={"compute capability": CUDA_GPUS, "peaks, NVLink5": NVIDIA_SPEC, "memory": NVIDIA_SMI,
-                 "scale-out": "400 Gb/s per GPU typical"},
+                 "scale-out": "400 Gb/s per GPU typical",
+                 "fp32": "NVIDIA Blackwell data sheet, HGX B200 column: FP32 75 TFLOPS a GPU (CUDA cores)"},
     ),
     DeviceSpec(
         name="MI300X", sm_count=304,
-        peak_flops_per_s={"bf16": 1307 * T, "fp16": 1307 * T, "fp8": 2615 * T, "int8": 2615 * T},
+        peak_flops_per_s={"bf16": 1307 * T, "fp16": 1307 * T, "fp8": 2615 * T, "int8": 2615 * T, "fp32": 163.4 * T},
         memory_bytes=205_822_885_888, hbm_bandwidth_bytes_per_s=5.3 * TB,
         scale_up_bandwidth_bytes_per_s=448 * GB, scale_up_latency_s=3e-6,
         scale_out_bandwidth_bytes_per_s=IB_400G, scale_out_latency_s=10e-6,
         devices_per_node=8, efficiency=MI300X_MEASURED,
         sources={"peaks, Infinity Fabric (aggregate)": "AMD data sheet, via shared/reference/devices.md",
-                 "memory": "VRAM Total Memory in rocm-smi --showmeminfo vram (bytes), as public logs print it"},
+                 "memory": "VRAM Total Memory in rocm-smi --showmeminfo vram (bytes), as public logs print it",
+                 "fp32": "AMD Instinct MI300X data sheet: FP32 matrix 163.4 TFLOPS"},
     ),
     DeviceSpec(
         name="ATLAS_800_A3_560T_128G_DIE",

@@ -52,6 +52,19 @@ class SlidingKV:
         return min(tokens, window) if self.kind == "window" else self.ratio * tokens
 
 
+@dataclass(frozen=True)
+class FP32Router:
+    """The MoE families (:class:`~infercast_adapters.arch.MoEArchitecture` ``family``) whose router
+    GEMM the engine computes in FP32: FP32 weights, the hidden states cast to FP32, and PyTorch's
+    default float32 matmul precision ("highest"), so the GEMM runs on the CUDA cores and not the
+    tensor cores. ``cast_kernel``: the cast is a kernel of its own (else compiled into the kernel
+    before it)."""
+
+    families: frozenset[str]
+    cast_kernel: bool
+    source: str
+
+
 def reaches(version: str | None, since: str) -> bool:
     """Whether engine ``version`` is ``since`` or newer; an unknown (None) or unparsable version
     is taken as the newest, as the default tables are."""
@@ -500,6 +513,9 @@ class Engine:
     sliding_kv: SlidingKV | None = None
     """What the KV cache holds for a sliding-window layer (None: every token of the context,
     as an allocator without hybrid pools does)."""
+    fp32_router: FP32Router | None = None
+    """Which MoE families' router GEMM runs in FP32 (None: every router in the checkpoint's
+    dtype, bf16)."""
 
     def prefill_graphs_as(self, version: str | None) -> str:
         """The ``--prefill-cuda-graph`` mode that prices prefill launched as engine ``version``
@@ -699,6 +715,11 @@ register(Engine(
     static_memory=SGLANG_STATIC_MEMORY,
     sliding_kv=SlidingKV("pool", "sglang's hybrid SWA memory pool (SWAKVPool): the sliding layers share a pool of "
                          "--swa-full-tokens-ratio (default 0.8, server_args.py) times the full layers' tokens", 0.8),
+    fp32_router=FP32Router(
+        frozenset({"minimax_m2"}), True,
+        "MiniMaxM2MoE.forward_normal calls its gate, a ReplicatedLinear(params_dtype=torch.float32), on "
+        "hidden_states.to(torch.float32) (sglang/srt/models/minimax_m2.py in 0.5.6, 0.5.9 and 0.5.14; GLM-4.x's "
+        "Glm4MoeGate is bf16)"),
     slow_tokenizer=SlowTokenizerCall(
         "0.5.12", "TokenizerManager._tokenize_texts calls tokenizer(texts) up to 0.5.11 and, for a tokenizer that is "
         "not is_fast, encode() on each text from 0.5.12 (PR 25265); the opt-in --enable-dynamic-batch-tokenizer "
@@ -726,6 +747,14 @@ register(Engine(
     moe_all_to_all=VLLM_ALL_TO_ALL,
     sliding_kv=SlidingKV("window", "vLLM V1's hybrid KV cache manager: a sliding-window layer's blocks that fall "
                          "out of its window are freed (SlidingWindowManager), so it holds about the window"),
+    fp32_router=FP32Router(
+        frozenset({"minimax_m2", "glm4_moe"}), False,
+        "MiniMaxM2MoE's gate is a ReplicatedLinear(params_dtype=torch.float32) called on hidden_states.to(torch."
+        "float32) (0.16.0) or a GateLinear with FP32 weights (0.24.0, whose own FP32 kernel takes up to 32 tokens); "
+        "Glm4MoE's gate is nn.Linear(dtype=torch.float32) on hidden_states.to(torch.float32) (0.16.0, 0.24.0); "
+        "VLLM_FLOAT32_MATMUL_PRECISION defaults to 'highest'; Inductor compiles the cast into the kernel before "
+        "it (0.24.0's GateLinear casts with x.float() inside its custom op above 32 tokens, a kernel of its own, left "
+        "out)"),
     slow_tokenizer=SlowTokenizerCall(
         "0.24.0", "the OpenAI server tokenizes prompts through AsyncMicrobatchTokenizer, which calls tokenizer(prompt) "
         "(vllm/utils/async_utils.py in 0.16.0, 0.20.0, 0.22.0 and 0.23.0; vLLM issue 39590; earlier versions not "

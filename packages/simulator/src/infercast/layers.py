@@ -22,7 +22,7 @@ from infercast import ops  # noqa: F401  (registers torch.ops.infercast)
 from infercast import routing
 from infercast.memory import MemoryLimits
 from infercast.parallel import Parallel, Workload
-from infercast.quant import BF16, QuantPlan, QuantScheme
+from infercast.quant import BF16, FP32, QuantPlan, QuantScheme
 
 if TYPE_CHECKING:
     from infercast.engines import PointwiseFusions
@@ -80,6 +80,9 @@ class SimContext:
     sliding_kv: Any = None
     """The engine's :class:`~infercast.engines.SlidingKV` (None: a sliding layer's cache holds the
     whole context)."""
+    fp32_router: Any = None
+    """The engine's :class:`~infercast.engines.FP32Router` (None: every router GEMM in bf16);
+    read when the model is built."""
 
     moe_all_to_all: bool = True
     """Under expert parallelism, tokens reach their experts' ranks through an all-to-all backend
@@ -278,12 +281,12 @@ class SimLinear(SimModule):
             else:
                 self.weight("weight_scale", (out_features, 1), torch.float32)
         else:
-            self.weight("weight", (out_features, in_features))
+            self.weight("weight", (out_features, in_features), torch.float32 if scheme.weight_bits == 32 else ACT_DTYPE)
 
     def forward(self, x: torch.Tensor, quantized_input: bool = False) -> torch.Tensor:
         """``quantized_input``: the producer of ``x`` already wrote it in the compute dtype."""
         scheme = self.scheme
-        if scheme.weight_bits == 16:
+        if scheme.weight_bits >= 16:
             return OPS.gemm(x, self.weights["weight"], scheme.kernel_dtype)
         if scheme.dynamic_activation and not quantized_input:
             OPS.quantize_activation(x, scheme.compute_dtype)
@@ -491,12 +494,16 @@ class MoEShape:
     """Expert groups of group-limited routing (DeepSeek-V3: 8), None without."""
     topk_group: int | None = None
     """Groups one token may route to (DeepSeek-V3: 4)."""
+    family: str = ""
+    """The MoE architecture family (:class:`~infercast_adapters.arch.MoEArchitecture`), which
+    decides with the engine the router GEMM's dtype."""
 
 
 class SimMoE(SimModule):
-    """Router GEMM, the fused routed experts (under expert parallelism, DeepEP's dispatch and
-    combine around them, or the standard dispatcher's local experts: ``ctx.moe_dispatch``), and
-    shared experts.
+    """Router GEMM (in FP32 where the engine runs this family's router so, after a cast kernel
+    where it launches one: ``ctx.fp32_router``), the fused routed experts (under expert
+    parallelism, DeepEP's dispatch and combine around them, or the standard dispatcher's local
+    experts: ``ctx.moe_dispatch``), and shared experts.
 
     Routing follows ``ctx.expert_imbalance`` (balanced by default), stated in the report.
     """
@@ -506,7 +513,9 @@ class SimMoE(SimModule):
         p = ctx.parallel
         self.ctx, self.shape = ctx, shape
         self.local_experts = (shape.num_experts + p.redundant_experts) // p.ep
-        self.gate = SimLinear(shape.hidden_size, shape.num_experts, BF16)
+        fp32 = ctx.fp32_router is not None and shape.family in ctx.fp32_router.families
+        self.gate = SimLinear(shape.hidden_size, shape.num_experts, FP32 if fp32 else BF16)
+        self.router_cast = fp32 and ctx.fp32_router.cast_kernel
         scheme = ctx.quant.routed_experts
         inter = _shard(shape.expert_intermediate_size, p.moe_tp, "expert intermediate size")
         self.w13 = _ExpertWeights(self.local_experts, 2 * inter, shape.hidden_size, scheme)
@@ -530,7 +539,11 @@ class SimMoE(SimModule):
         p, s, ctx = self.ctx.parallel, self.shape, self.ctx
         tokens = x
         T = x.shape[0]
-        self.gate(tokens)
+        router_input = tokens
+        if self.gate.scheme is FP32:  # read in FP32: cast by a kernel of its own, or inside the kernel before
+            router_input = (OPS.to_dtype(tokens, "fp32") if self.router_cast
+                            else tokens.new_empty(tokens.shape, dtype=torch.float32))
+        self.gate(router_input)
         slots = s.num_experts + p.redundant_experts
         dispatch = ctx.moe_dispatch
         # all-to-all: every rank's tokens reach the expert group; local and TP: each rank has them all

@@ -293,6 +293,21 @@ def _(x, w13, w13_scale, w2, w2_scale, num_tokens, top_k, num_experts, local_exp
     return _like(x)
 
 
+@torch.library.custom_op("infercast::to_dtype", mutates_args=())
+def to_dtype(x: torch.Tensor, dtype: str) -> torch.Tensor:
+    """``x`` copied into ``dtype`` (``fp32``) by a kernel of its own, as ``tensor.to()`` launches it."""
+    raise NotImplementedError
+
+
+@to_dtype.register_fake
+def _(x, dtype):
+    return _like(x, dtype=TORCH_DTYPES[dtype])
+
+
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+"""The dtypes :func:`to_dtype` converts to, by name."""
+
+
 # -- collectives -------------------------------------------------------------------------
 
 

@@ -326,6 +326,7 @@ class Planner:
                              kv_cache_dtype=KV_DTYPES[self.request.kv_cache_dtype],
                              expert_imbalance=self.request.expert_imbalance, memory=self.memory,
                              pointwise=self.costs.engine.pointwise, sliding_kv=self.costs.engine.sliding_kv,
+                             fp32_router=self.costs.engine.fp32_router,
                              moe_all_to_all=self.costs.engine.moe_all_to_all.runs(
                                  plan.routed_experts.kernel_dtype, layout.dp, self.device.cuda_arch,
                                  self.request.moe_all_to_all if layout.ep > 1 else "auto",

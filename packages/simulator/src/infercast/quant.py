@@ -19,7 +19,8 @@ class QuantScheme:
     """Weights per scale (None: per-channel or, for 16-bit weights, no scale)."""
     compute_dtype: str
     """Tensor-core dtype of the GEMM: ``bf16``, ``fp8``, ``int8`` or ``fp4`` (where the device
-    has FP4 tensor cores; elsewhere FP4 weights are dequantised and run in bf16)."""
+    has FP4 tensor cores; elsewhere FP4 weights are dequantised and run in bf16); ``fp32`` for
+    an FP32 GEMM, which runs on the CUDA cores."""
     dynamic_activation: bool = False
     """Activations are quantized per token at run time (an extra small kernel)."""
     scale_bits: int = 16
@@ -35,9 +36,9 @@ class QuantScheme:
         """The kernel family engines launch for this scheme, in the kernel tables' names:
         ``bf16``, ``fp8`` (per-channel scales), ``fp8_block``, ``int8`` (W8A8), ``w8a16`` and
         ``w4a16`` (integer weight-only), ``w4a8``, ``mxfp4`` (the device decides whether FP4
-        tensor cores run it or it is dequantised to bf16)."""
-        if self.weight_bits == 16:
-            return "bf16"
+        tensor cores run it or it is dequantised to bf16); ``fp32`` for FP32 weights."""
+        if self.weight_bits >= 16:
+            return "fp32" if self.weight_bits == 32 else "bf16"
         if self.compute_dtype == "fp8":
             return "fp8_block" if self.block else "fp8"
         if self.compute_dtype == "fp4":
@@ -48,6 +49,9 @@ class QuantScheme:
 
 
 BF16 = QuantScheme("BF16", 16, None, "bf16")
+FP32 = QuantScheme("FP32", 32, None, "fp32")
+"""An FP32 weight computed in FP32 without tensor cores: the router GEMM some engines run for
+some MoE families (:class:`infercast.engines.FP32Router`). Not a ``--quantize-linear-action``."""
 SCHEMES: dict[str, QuantScheme] = {
     s.name: s
     for s in (

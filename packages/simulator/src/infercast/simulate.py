@@ -96,6 +96,7 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     model = cost_model_for(user, device)
     ctx.pointwise = model.engine.pointwise
     ctx.sliding_kv = model.engine.sliding_kv
+    ctx.fp32_router = model.engine.fp32_router
     ctx.moe_all_to_all = model.engine.moe_all_to_all.runs(quant.routed_experts.kernel_dtype, parallel.dp,
                                                         device.cuda_arch,
                                                         user.moe_all_to_all if parallel.ep > 1 else "auto",

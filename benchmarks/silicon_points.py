@@ -317,6 +317,11 @@ def main() -> int:
     checked = [e for name, errors in groups.items() if not name.startswith(fresh_names) for e in errors]
     if checked and len(checked) < len(every):
         console.print(f"  the models checked before {max(OUT_OF_SAMPLE.values())}: {medians(checked)}")
+        for device in DEVICES.values():
+            some = [e for name, errors in groups.items() if not name.startswith(fresh_names)
+                    and f", {device}, " in name for e in errors]
+            if some:
+                console.print(f"    of them on {device}: {medians(some)}")
     for model, since in OUT_OF_SAMPLE.items():
         fresh = [e for name, errors in groups.items() if name.startswith(f"{model} ") for e in errors]
         if fresh:
@@ -324,8 +329,7 @@ def main() -> int:
     for device in DEVICES.values():
         some = [e for name, errors in groups.items() if f", {device}, " in name for e in errors]
         if some:
-            console.print(f"  on {device}: {len(some)} runs, TTFT {statistics.median(abs(e) for e, _ in some):.1%}, "
-                          f"TPOT {statistics.median(abs(e) for _, e in some):.1%}")
+            console.print(f"  on {device}: {medians(some)}")
     used = sorted({planner.costs.describe() for planner, _ in pricers.values()})
     console.print("priced with: " + "; ".join(used))
     console.print("left out: " + "; ".join(f"{reason}: {n}" for reason, n in sorted(left.items())))

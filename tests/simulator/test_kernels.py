@@ -910,3 +910,29 @@ def test_an_expert_parallel_moe_the_tables_miss_does_not_blame_the_routing() -> 
                                 num_queries=8, decode=True, context_length=512, engine="vllm"))
     rows = [op for op in result.ops if op.name.startswith("fused_moe")]
     assert rows and all("routing only" not in op.origin for op in rows)
+
+
+def test_a_gemm_row_count_far_above_both_neighbours_is_left_out_and_nothing_else() -> None:
+    """4 rows at 32.4 us between 12.9 and 12.8 (vLLM 0.24.0's B200 FP8 rows of (2,560, 8,192)) is
+    a spike; the slow first row count (no neighbour below), two slow counts side by side and an
+    ordinary step up at a tile threshold are kept."""
+    shape = [("fp8", m, 2560, 8192, us) for m, us in ((1, 27.2), (2, 13.0), (3, 12.9), (4, 32.4), (5, 12.8),
+                                                      (8, 13.0), (16, 13.1), (17, 19.9), (32, 20.3))]
+    pair = [("fp8", m, 768, 51200, us) for m, us in ((5, 40.6), (6, 217.3), (7, 218.7), (8, 40.7))]
+    kept = aic.without_spikes(shape + pair)
+    assert sorted(kept) == sorted(r for r in shape + pair if r[1:3] != (4, 2560))
+    assert aic.without_spikes([("fp8", 4, 1, 1, 10.0)]) == [("fp8", 4, 1, 1, 10.0)]
+
+
+def test_a_left_out_spike_is_priced_between_its_neighbours() -> None:
+    """Llama-3.1-70B FP8 on 4 x B200 with vLLM: a decode step of 4 requests lies between those of
+    3 and 5 (it took half as long again before the spike at 4 rows was left out)."""
+    from infercast.simulate import UserInput, simulate
+
+    def step(requests: int) -> float:
+        return simulate(UserInput(model="meta-llama/Llama-3.1-70B-Instruct", device="B200", num_devices=4,
+                                  engine="vllm", quantize_linear_action="FP8", kv_cache_dtype="fp8",
+                                  num_queries=requests, decode=True, context_length=1500)).step_latency_ms
+
+    three, four, five = step(3), step(4), step(5)
+    assert min(three, five) * 0.97 <= four <= max(three, five) * 1.03

@@ -124,6 +124,15 @@ def test_mla_prefill_is_captured_up_to_2048_tokens_per_rank() -> None:
     assert _graphs(simulate(UserInput(**LLAMA, query_length=8193))) == (False, False)
 
 
+def test_vllm_captures_prefill_up_to_512_tokens_per_rank() -> None:
+    """vLLM's largest captured size is min(2 x max_num_seqs, 512) tokens: a longer prompt runs its
+    compiled pieces without graphs, whatever the chunk (8,192), and says so."""
+    at = simulate(UserInput(**LLAMA, query_length=512, engine="vllm"))
+    above = simulate(UserInput(**LLAMA, query_length=513, engine="vllm"))
+    assert _graphs(at) == (True, True) and _graphs(above) == (False, False)
+    assert any("513 tokens per rank, above the 512" in n for n in above.notes)
+
+
 def test_engines_without_prefill_graphs_launch_eagerly_without_a_note() -> None:
     result = simulate(UserInput(**LLAMA, query_length=64, engine="trtllm"))
     assert _graphs(result) == (False, False) and not any("prefill" in n for n in result.notes)

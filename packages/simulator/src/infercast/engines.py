@@ -107,6 +107,9 @@ class PrefillGraphs:
     blocked_by: Mapping[str, str]
     """Deployment features that switch capture off, each with the engine's own reason."""
     source: str
+    max_tokens: int | None = None
+    """The most tokens per rank any forward is captured with (None: up to the chunked-prefill
+    size); a larger prefill launches its compiled pieces without graphs."""
 
     def applies(self, version: str | None) -> bool:
         """Whether ``version`` captures prefill by default (an unknown version is taken as the
@@ -731,12 +734,14 @@ register(Engine(
     moe_kernels={"w4a16": ("marlin",), "bf16": ("triton",), "fp8_block": ("triton", "flashinfer_cutlass"),
                  "fp8": ("flashinfer_cutlass", "cutlass"), "mxfp4_w4a16": ("triton", "marlin")},
     custom_all_reduce=True, decode_graph_max_batch=512,
-    prefill_graphs=PrefillGraphs(since=None, max_tokens_mla=None, blocked_by={},
+    prefill_graphs=PrefillGraphs(since=None, max_tokens_mla=None, blocked_by={}, max_tokens=512,
                                  source="vLLM V1 compiles the model with torch.compile and replays piecewise CUDA "
                                  "graphs with attention left out of them as a non-CUDA-graph op (vLLM docs, "
-                                 "design/torch_compile); taken as captured up to the chunk: larger forwards run "
-                                 "the compiled pieces without graphs, whose launches (8 us each) their GPU time "
-                                 "hides"),
+                                 "design/torch_compile), captured for batches of up to max_cudagraph_capture_size "
+                                 "tokens, by default min(2 x max_num_seqs, 512) (config/vllm.py _set_cudagraph_sizes, "
+                                 "0.16.0; max_num_seqs defaults to 1,024 on GPUs of 70 GiB or more, 256 on others: "
+                                 "512 either way; a smaller --max-num-seqs captures less, not modelled); a larger "
+                                 "forward runs the compiled pieces without graphs, launching every kernel"),
     eager_launch=TORCH_EAGER, step=VLLM_ASYNC_STEP, step_without_overlap=VLLM_STEP, overlap_since=VLLM_ASYNC_SINCE,
     all_reduce_fusion=VLLM_ALL_REDUCE_FUSION, pointwise=VLLM_POINTWISE,
     request=replace(SGLANG_REQUEST, source="assumed equal to sglang's (both serve the OpenAI API from Python): "

@@ -179,11 +179,13 @@ def prefill_graph_blockers(model: CostModel, built: BuiltModel, parallel: Any, *
 def prefill_graph_tokens(model: CostModel, built: BuiltModel, parallel: Any, chunk: int, *,
                          mode: str = "auto") -> int:
     """Tokens per rank up to which a prefill forward replays piecewise CUDA graphs (0: none):
-    the chunked-prefill size ``chunk``, capped for MLA where the engine caps it."""
+    the chunked-prefill size ``chunk``, capped where the engine captures fewer (vLLM: 512 tokens;
+    sglang with MLA: 2,048)."""
     if prefill_graph_blockers(model, built, parallel, mode=mode):
         return 0
-    cap = model.engine.prefill_graphs.max_tokens_mla if built.profile.attention_kind == "mla" else None
-    return min(chunk, cap) if cap else chunk
+    policy = model.engine.prefill_graphs
+    caps = (policy.max_tokens, policy.max_tokens_mla if built.profile.attention_kind == "mla" else None)
+    return min([chunk] + [cap for cap in caps if cap])
 
 
 def all_reduce_fusion(model: CostModel, built: BuiltModel, parallel: Any, *, mode: str = "auto") -> tuple[int, str]:

@@ -82,3 +82,15 @@ def test_every_nvidia_and_amd_device_states_its_fp32_rate_and_the_ascend_dies_fa
             continue
         assert "fp32" in device.sources and "FP32" in device.sources["fp32"]
         assert device.peak("fp32") < device.peak("bf16") / 3  # the H20's tensor cores are capped the most
+
+
+def test_a_calibration_files_fp32_rows_price_the_router_as_measured(tmp_path) -> None:
+    """A user's FP32 row of the router's shape is taken as it is, not scaled from bf16."""
+    import json
+
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps({"format": "infercast-calibration", "version": 1, "device": "H200", "tables": {
+        "gemm": {"columns": ["dtype", "m", "n", "k", "latency_us"], "rows": [["fp32", 1, EXPERTS, HIDDEN, 50.0]]}}}))
+    gate = _row(simulate(UserInput(**MINIMAX, engine="vllm", decode=True, calibration=str(path))), GATE)
+    assert gate.total_ms == pytest.approx(LAYERS * 50.0e-3) and gate.origin.startswith("gemm calibration cal.json")
+    assert gate.source == "measured"

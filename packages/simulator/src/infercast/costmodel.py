@@ -373,7 +373,8 @@ def table_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) 
 
 
 def _gemm_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -> Query | None:
-    """The GEMM table of the kernel's dtype; an FP32 GEMM (no table times one) is the bf16 row of its
+    """The GEMM table of the kernel's dtype. An FP32 GEMM, which the shipped tables do not time, is
+    read from a calibration file's ``fp32`` rows where it has them, else as the bf16 row of its
     shape scaled by what the analytic model gives the two (:func:`_gemm_shape_time`): at a few rows
     both are the kernel's fixed time and a weight stream, over many the CUDA cores' FP32 rate."""
     m, n, k = cost.gemm_mnk
@@ -384,6 +385,9 @@ def _gemm_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) 
         return _gemm_shape_time(c, dtype, device)
 
     if dtype == "fp32":
+        own = Query("gemm", ("fp32",), (m, n, k), shape)
+        if model.calibration is not None and model.calibration.answer(own) is not None:
+            return own
         scale = shape((m, n, k)) / shape((m, n, k), "bf16")
         return Query("gemm", ("bf16",), (m, n, k), lambda c: shape(c, "bf16"), scale, EXTRAPOLATED,
                      f"; its bf16 row x{scale:.2f} for FP32 on the CUDA cores")

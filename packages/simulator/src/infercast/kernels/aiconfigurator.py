@@ -140,7 +140,9 @@ such GEMMs fall to the analytic model."""
 
 SPIKE = 1.5
 """A GEMM row count measured more than this many times both neighbouring row counts of the same
-(dtype, n, k) is a spike: left out, and the answer there interpolated between the neighbours."""
+(dtype, n, k) in one version's table is a spike: left out, so another version's row of that point
+answers there where one has it (:func:`load` fills a version's gaps), else the neighbours'
+interpolation."""
 
 
 def _gemm(c: dict[str, list], opts: dict[str, Any]) -> list[tuple]:

@@ -51,7 +51,8 @@ class QuantScheme:
 BF16 = QuantScheme("BF16", 16, None, "bf16")
 FP32 = QuantScheme("FP32", 32, None, "fp32")
 """An FP32 weight computed in FP32 without tensor cores: the router GEMM some engines run for
-some MoE families (:class:`infercast.engines.FP32Router`). Not a ``--quantize-linear-action``."""
+some MoE families (:class:`infercast.engines.FP32Router`), priced at the device's FP32 peak times
+its bf16 GEMM efficiency (assumed: no table times an FP32 GEMM). Not a ``--quantize-linear-action``."""
 SCHEMES: dict[str, QuantScheme] = {
     s.name: s
     for s in (

@@ -116,12 +116,14 @@ def _cmd_devices(args: argparse.Namespace, console: Console) -> int:
         print(json.dumps([d.to_dict() for d in devices], indent=2))
         return 0
     table = Table(title="devices")
-    for column in ("name", "bf16 TFLOP/s", "fp8/int8", "memory GiB", "HBM TB/s", "scale-up GB/s", "per node",
-                   "measured tables"):
+    for column in ("name", "bf16 TFLOP/s", "fp8/int8", "fp32", "memory GiB", "HBM TB/s",
+                   "scale-up GB/s", "per node", "measured tables"):
         table.add_column(column, overflow="fold")
     for d in devices:
         low = d.peak_flops_per_s.get("fp8") or d.peak_flops_per_s.get("int8")
+        fp32 = d.peak_flops_per_s.get("fp32")
         table.add_row(d.name, f"{d.peak('bf16') / 1e12:.0f}", f"{low / 1e12:.0f}" if low else "-",
+                      f"{fp32 / 1e12:g}" if fp32 else "-",
                       f"{d.memory_bytes / GIB:.1f}", f"{d.hbm_bandwidth_bytes_per_s / 1e12:.2f}",
                       f"{d.scale_up_bandwidth_bytes_per_s / 1e9:.0f}", str(d.devices_per_node),
                       d.kernel_tables or "none: analytic")

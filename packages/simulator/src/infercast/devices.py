@@ -274,7 +274,7 @@ class DeviceSpec:
     name: str
     peak_flops_per_s: Mapping[str, float]
     """Dense tensor peaks by compute dtype: ``bf16``, ``fp16``, ``fp8``, ``int8``, ``fp4``; and
-    ``fp32``, the CUDA cores' (vector) FP32 rate."""
+    ``fp32``, an FP32 GEMM's at full precision (NVIDIA's CUDA cores, AMD's FP32 matrix cores)."""
     memory_bytes: float
     """What the driver reports as the device's total memory (``nvidia-smi`` memory.total,
     ``torch.cuda.mem_get_info``), which engines size their pools from. Data sheets round it:
@@ -305,9 +305,9 @@ class DeviceSpec:
         """Peak for a compute dtype, falling back to what the device runs it in without that
         tensor-core type: FP4 and FP8 weights are dequantised to bf16 (Hopper has no FP4
         tensor cores, A100 no FP8), int8 runs at the fp8 rate where only that is published.
-        ``fp32`` is the CUDA cores' FP32 rate (PyTorch's default matmul precision, "highest",
-        keeps FP32 GEMMs off the TF32 tensor cores); a device with no published FP32 figure (the
-        Ascend dies) takes its bf16 rate."""
+        ``fp32`` is the full-precision FP32 rate (PyTorch's default matmul precision, "highest",
+        keeps FP32 GEMMs off NVIDIA's TF32 tensor cores); a device with no published FP32 figure
+        (the Ascend dies) takes its bf16 rate."""
         fallbacks = {"fp4": ("fp4", "bf16"), "fp8": ("fp8", "bf16"), "int8": ("int8", "fp8", "bf16"),
                      "fp16": ("fp16", "bf16"), "bf16": ("bf16", "fp16"), "fp32": ("fp32", "bf16")}
         for candidate in fallbacks.get(dtype, (dtype,)):

@@ -127,7 +127,7 @@ def compute_seconds(cost: OpCost, device: DeviceSpec, stream: KernelStream | Non
     if cost.compute_dtype not in device.peak_flops_per_s:  # dequantised: the bf16 rate and figure
         efficiency = eff.gemm_efficiency("bf16", "bf16")
     pad, use = 1.0, 1.0
-    if cost.gemm_mnk is not None and cost.compute_dtype != "fp32":  # CUDA-core FP32: no MMA tiles to fill
+    if cost.gemm_mnk is not None and cost.compute_dtype != "fp32":  # full-precision FP32: no tensor-core tile
         m, n, k = cost.gemm_mnk
         if m > 0 and n > 0:
             rows = WEIGHT_ONLY_MMA_ROWS if cost.kernel_dtype in WEIGHT_ONLY else MMA_ROWS

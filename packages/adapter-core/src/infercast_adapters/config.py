@@ -139,7 +139,7 @@ def load_local_config(path: str | Path, aliases: Mapping[str, str] = {}) -> Pret
         raise ConfigError(f"{path} is a directory without a config.json")
     if not file.is_file():
         raise ConfigError(f"{path} is not a regular file (a device or a pipe?); pass a config.json or a model directory")
-    values = _read_json(file)
+    values = with_modelopt_quantization(_read_json(file), file.parent / "hf_quant_config.json")
     model_type = values.get("model_type")
     if isinstance(model_type, str) and native_model_type(model_type, aliases) is None and "auto_map" in values and path.is_dir():
         from transformers import AutoConfig
@@ -153,6 +153,16 @@ def load_local_config(path: str | Path, aliases: Mapping[str, str] = {}) -> Pret
         config = config_from_dict(values, source=str(file), aliases=aliases)
     tokenizer = file.parent / "tokenizer_config.json"
     return with_tokenizer_class(config, _read_json(tokenizer) if tokenizer.is_file() else {})
+
+
+def with_modelopt_quantization(values: dict[str, Any], hf_quant_config: Path) -> dict[str, Any]:
+    """``values`` with the ``hf_quant_config.json`` beside it as its ``quantization_config``
+    (``quant_method`` ``modelopt``) where the config.json has none: NVIDIA ModelOpt checkpoints
+    (nvidia/*-FP8, *-FP4) state their quantization only there, and vLLM and sglang read it."""
+    if values.get("quantization_config") or not hf_quant_config.is_file():
+        return values
+    extra = _read_json(hf_quant_config)
+    return {**values, "quantization_config": {"quant_method": "modelopt", **extra}}
 
 
 def with_tokenizer_class(config: PretrainedConfig, tokenizer_config: Mapping[str, Any]) -> PretrainedConfig:

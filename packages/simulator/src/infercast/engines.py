@@ -482,6 +482,9 @@ class Engine:
     (:attr:`~infercast.devices.Efficiency.streams`)."""
 
     moe_all_to_all: MoEAllToAll = MoEAllToAll(None, False, "assumed: an all-to-all for every expert dtype and layout")
+    nvfp4_needs_fp4_cores: str | None = None
+    """Where the engine serves NVFP4 weights only on GPUs with FP4 tensor cores (sm_100 and
+    later), its source; None: elsewhere it runs them through Marlin's FP4 weight-only kernels."""
     """When expert parallelism runs through an all-to-all backend rather than the standard dispatcher."""
     attention_writes_cache: bool = False
     """The engine's attention call stores the step's new keys and values (and, in TensorRT-LLM,
@@ -689,7 +692,10 @@ register(Engine(
     name="sglang", tables="sglang",
     attention_lanes=("fa3", "trtllm_mha", "flashinfer", "flash_attention"),
     moe_kernels={"w4a16": ("marlin",), "bf16": ("triton", "flashinfer_cutlass"), "fp8_block": ("triton", "deepgemm"),
-                 "fp8": ("triton",), "mxfp4_w4a16": ("triton", "marlin")},
+                 "fp8": ("triton",), "mxfp4_w4a16": ("triton", "marlin"), "nvfp4": ("trtllm", "flashinfer_cutlass")},
+    # ModelOptFp4Config.get_min_capability() is 100; on sm_100 server_args.py picks the flashinfer_trtllm
+    # MoE runner for modelopt_fp4 DeepSeek, Qwen3 and GLM models (0.5.9)
+    nvfp4_needs_fp4_cores="sglang's ModelOptFp4Config needs compute capability 10.0 (get_min_capability, 0.5.9)",
     custom_all_reduce=True, decode_graph_max_batch=256, prefill_graphs=SGLANG_PIECEWISE,
     eager_launch=SGLANG_EAGER, step=SGLANG_STEP, request=SGLANG_REQUEST, all_reduce_fusion=SGLANG_ALL_REDUCE_FUSION,
     eager_prefill_gap=SGLANG_EAGER_PREFILL_GAP,
@@ -731,8 +737,11 @@ register(Engine(
 register(Engine(
     name="vllm", tables="vllm",
     attention_lanes=("fa3", "flashinfer_trtllm", "flash_attn", "triton"),
+    # select_nvfp4_moe_backend tries FlashInfer's TRT-LLM kernels first, then CuteDSL, FlashInfer's CUTLASS, vLLM's
+    # CUTLASS and Marlin, the one left before sm_100 (fused_moe/oracle/nvfp4.py, 0.16.0)
     moe_kernels={"w4a16": ("marlin",), "bf16": ("triton",), "fp8_block": ("triton", "flashinfer_cutlass"),
-                 "fp8": ("flashinfer_cutlass", "cutlass"), "mxfp4_w4a16": ("triton", "marlin")},
+                 "fp8": ("flashinfer_cutlass", "cutlass"), "mxfp4_w4a16": ("triton", "marlin"),
+                 "nvfp4": ("trtllm", "flashinfer_cutlass")},
     custom_all_reduce=True, decode_graph_max_batch=512,
     prefill_graphs=PrefillGraphs(since=None, max_tokens_mla=None, blocked_by={}, max_tokens=512,
                                  source="vLLM V1 compiles the model with torch.compile and replays piecewise CUDA "
@@ -774,6 +783,8 @@ register(Engine(
     attention_writes_cache=True,
     moe_kernels={"bf16": ("cutlass",), "fp8_block": ("cutlass", "deepgemm"), "fp8": ("cutlass",),
                  "mxfp4_w4a16": ("moe_torch_flow",), "nvfp4": ("cutlass", "trtllm")},
+    nvfp4_needs_fp4_cores="TensorRT Model Optimizer's support matrix: FP4 weights and activations on Blackwell "
+    "and later GPUs, deployed with TensorRT-LLM",
     custom_all_reduce=True, decode_graph_max_batch=128, prefill_graphs=None,
     eager_launch=TORCH_EAGER,
     step=replace(SGLANG_STEP, source="assumed equal to sglang's (TensorRT-LLM also overlaps scheduling; its overlap "

@@ -342,9 +342,9 @@ class SimGQAAttention(SimModule):
         self.head_dim = head_dim
         self.window = window
         width = input_size or hidden_size
-        self.qkv_proj = SimLinear(width, (self.heads + 2 * self.kv_heads) * head_dim, ctx.quant.dense)
+        self.qkv_proj = SimLinear(width, (self.heads + 2 * self.kv_heads) * head_dim, ctx.quant.attention_input)
         self.qkv_proj.logical_params = width * (num_heads + 2 * num_kv_heads) * head_dim
-        self.o_proj = SimLinear(num_heads * head_dim, hidden_size, ctx.quant.dense, shard="row", tp=tp)
+        self.o_proj = SimLinear(num_heads * head_dim, hidden_size, ctx.quant.attention_output, shard="row", tp=tp)
         self.qk_norm_across_heads = qk_norm and qk_norm_across_heads
         if self.qk_norm_across_heads:
             self.q_norm, self.k_norm = SimRMSNorm(self.heads * head_dim), SimRMSNorm(self.kv_heads * head_dim)
@@ -412,23 +412,23 @@ class SimMLAAttention(SimModule):
         self.heads = _shard(num_heads, tp, "attention heads")
         self.kv_lora_rank, self.nope, self.rope_dim, self.v_dim = kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim
         self.q_lora_rank = q_lora_rank
-        dense = ctx.quant.dense
+        attention_in = ctx.quant.attention_input
         qk_head = qk_nope_head_dim + qk_rope_head_dim
         down = (q_lora_rank or 0) + kv_lora_rank + qk_rope_head_dim
         width = input_size or hidden_size
-        self.fused_qkv_a_proj = SimLinear(width, down, dense)  # replicated, as sglang does
+        self.fused_qkv_a_proj = SimLinear(width, down, attention_in)  # replicated, as sglang does
         if q_lora_rank:
             self.q_a_layernorm = SimRMSNorm(q_lora_rank)
-            self.q_b_proj = SimLinear(q_lora_rank, num_heads * qk_head, dense, shard="column", tp=tp)
+            self.q_b_proj = SimLinear(q_lora_rank, num_heads * qk_head, attention_in, shard="column", tp=tp)
         else:
-            self.q_proj = SimLinear(width, num_heads * qk_head, dense, shard="column", tp=tp)
+            self.q_proj = SimLinear(width, num_heads * qk_head, attention_in, shard="column", tp=tp)
         self.kv_a_layernorm = SimRMSNorm(kv_lora_rank)
         self.kv_b_proj = SimLinear(kv_lora_rank, num_heads * (qk_nope_head_dim + v_head_dim), BF16, shard="column", tp=tp)
         # The absorbed decode path reads kv_b_proj as two per-head matrices (same bytes, views).
         kv_b = self.kv_b_proj.weights["weight"].view(self.heads, qk_nope_head_dim + v_head_dim, kv_lora_rank)
         self.w_kc = kv_b[:, :qk_nope_head_dim, :]                     # [H, nope, latent]
         self.w_vc = kv_b[:, qk_nope_head_dim:, :].transpose(1, 2)     # [H, latent, v]
-        self.o_proj = SimLinear(num_heads * v_head_dim, hidden_size, dense, shard="row", tp=tp)
+        self.o_proj = SimLinear(num_heads * v_head_dim, hidden_size, ctx.quant.attention_output, shard="row", tp=tp)
 
     @property
     def latent_width(self) -> int:

@@ -42,7 +42,7 @@ from infercast.pricing import (
 )
 from infercast.request import UserInput, check_flag
 from infercast.serving import MODES, ServingOptions, default_chunk
-from infercast.simulate import _resolve_quant, resolve_profile, routed_experts, speculative_request
+from infercast.simulate import _resolve_quant, quant_on_device, resolve_profile, routed_experts, speculative_request
 from infercast.step import price_records, step_time
 from infercast.trace import trace
 from infercast.validate import check_config
@@ -322,6 +322,7 @@ class Planner:
                                 scale_up_domain=self.device.scale_up_domain(),
                                 redundant_experts=layout.redundant_experts)
             plan = _resolve_quant(self.config, self.text, quant, self.profile)
+            plan = quant_on_device(plan, self.costs.engine, self.device)
             ctx = SimContext(parallel=parallel, workload=Workload(1, 1, 0, True), quant=plan,
                              kv_cache_dtype=KV_DTYPES[self.request.kv_cache_dtype],
                              expert_imbalance=self.request.expert_imbalance, memory=self.memory,
@@ -606,7 +607,7 @@ PREQUANTIZED = {
     "static activation scales (compressed-tensors)", "W4A8_DYNAMIC": "a W4A8 checkpoint (int4 weights, 8-bit "
     "activations)", "W4A16": "an int4 weight-only checkpoint (GPTQ or AWQ, group 128)",
     "FP8": "an FP8 checkpoint", "FP8_BLOCK": "a block-FP8 checkpoint (128 x 128 scales, DeepSeek-V3's format)",
-    "MXFP4": "an MXFP4 checkpoint",
+    "MXFP4": "an MXFP4 checkpoint", "NVFP4": "an NVFP4 checkpoint (ModelOpt's, as NVIDIA publishes them)",
 }
 """What to serve instead when an engine cannot quantize to an action itself."""
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from fnmatch import fnmatchcase as fnmatch
 from typing import Any
 
 from infercast_adapters import InfercastError
@@ -35,14 +37,15 @@ class QuantScheme:
     def kernel_dtype(self) -> str:
         """The kernel family engines launch for this scheme, in the kernel tables' names:
         ``bf16``, ``fp8`` (per-channel scales), ``fp8_block``, ``int8`` (W8A8), ``w8a16`` and
-        ``w4a16`` (integer weight-only), ``w4a8``, ``mxfp4`` (the device decides whether FP4
+        ``w4a16`` (integer weight-only), ``w4a8``, ``mxfp4`` and ``nvfp4`` (FP4 in groups of 32
+        with power-of-two scales, or of 16 with FP8 scales; the device decides whether FP4
         tensor cores run it or it is dequantised to bf16); ``fp32`` for FP32 weights."""
         if self.weight_bits >= 16:
             return "fp32" if self.weight_bits == 32 else "bf16"
         if self.compute_dtype == "fp8":
             return "fp8_block" if self.block else "fp8"
         if self.compute_dtype == "fp4":
-            return "mxfp4"
+            return "nvfp4" if self.group_size == 16 else "mxfp4"
         if self.compute_dtype == "int8":
             return "int8" if self.weight_bits == 8 else f"w{self.weight_bits}a8"
         return f"w{self.weight_bits}a16"
@@ -68,6 +71,10 @@ SCHEMES: dict[str, QuantScheme] = {
         # DeepSeek-V3's checkpoint format: 128 x 128 weight blocks, per-token-group activations
         QuantScheme("FP8_BLOCK", 8, None, "fp8", dynamic_activation=True, scale_bits=32, block=(128, 128)),
         QuantScheme("MXFP4", 4, 32, "fp4", scale_bits=8),
+        # NVIDIA's NVFP4 (ModelOpt, compressed-tensors' nvfp4 preset): E2M1 weights with one FP8
+        # E4M3 scale per 16 (plus a per-tensor FP32 scale, left out), activations quantized to
+        # NVFP4 per token group at run time
+        QuantScheme("NVFP4", 4, 16, "fp4", dynamic_activation=True, scale_bits=8),
     )
 }
 ACTIONS = tuple(SCHEMES)
@@ -86,17 +93,60 @@ class QuantPlan:
 
     routed_experts: QuantScheme
     dense: QuantScheme
-    """Attention projections, dense MLPs and shared experts."""
+    """Dense MLPs and shared experts, and attention's projections unless set apart below."""
     lm_head: QuantScheme = BF16
     source: str = "default"
+    attention_in: QuantScheme | None = None
+    """Attention's input projections (q, k, v; MLA's down and query up projections) where the
+    checkpoint stores them apart from the MLPs (None: as ``dense``)."""
+    attention_out: QuantScheme | None = None
+    """Attention's output projection where the checkpoint stores it apart (None: as ``dense``)."""
+
+    @property
+    def attention_input(self) -> QuantScheme:
+        return self.attention_in or self.dense
+
+    @property
+    def attention_output(self) -> QuantScheme:
+        return self.attention_out or self.dense
 
     def describe(self) -> str:
-        if self.routed_experts == self.dense:
+        kinds = {"routed experts": self.routed_experts, "attention inputs": self.attention_input,
+                 "attention output": self.attention_output, "other linears": self.dense}
+        if len({s.name for s in kinds.values()}) == 1:
             return f"{self.dense.name} ({self.source})"
-        return f"routed experts {self.routed_experts.name}, other linears {self.dense.name} ({self.source})"
+        if kinds["attention inputs"] == kinds["attention output"] == self.dense:
+            return f"routed experts {self.routed_experts.name}, other linears {self.dense.name} ({self.source})"
+        return ", ".join(f"{kind} {s.name}" for kind, s in kinds.items()) + f" ({self.source})"
+
+
+ROLE_MODULES = {
+    "attention_in": ("self_attn.q_proj", "self_attn.qkv_proj", "self_attn.q_a_proj", "self_attn.fused_qkv_a_proj",
+                     "self_attn.kv_a_proj_with_mqa", "self_attn.q_b_proj"),
+    "attention_out": ("self_attn.o_proj",),
+    "dense": ("mlp.gate_proj", "mlp.shared_experts.gate_proj", "mlp.shared_expert.gate_proj"),
+    "routed": ("mlp.experts.0.gate_proj", "block_sparse_moe.experts.0.w1", "mlp.experts.gate_up_proj"),
+}
+"""Module names, under one decoder layer, whose exclusion from a checkpoint's quantization keeps
+that kind of linear in 16 bits (any of them: a family names only some)."""
+
+
+def _role_plan(scheme: QuantScheme, excluded: Callable[[str], bool], profile: Any, layer: int,
+               source: str) -> QuantPlan:
+    """The plan of a checkpoint that quantizes every linear to ``scheme`` except the modules
+    ``excluded`` names, asked of layer ``layer`` (the last: earlier layers are the ones that
+    checkpoints keep in 16 bits one by one) under the ``profile``'s layers path."""
+    prefix = f"{getattr(profile, 'layers_path', 'model.layers')}.{layer}."
+    kept = {role: any(excluded(prefix + name) for name in names) for role, names in ROLE_MODULES.items()}
+    pick = {role: BF16 if kept[role] else scheme for role in ROLE_MODULES}
+    dense = pick["dense"]
+    return QuantPlan(pick["routed"], dense, source=source,
+                     attention_in=None if pick["attention_in"] == dense else pick["attention_in"],
+                     attention_out=None if pick["attention_out"] == dense else pick["attention_out"])
 
 
 def _matches(patterns: list[str], name: str) -> bool:
+    """compressed-tensors' ``ignore`` rule: an exact module name or a ``re:`` regular expression."""
     for pattern in patterns:
         if pattern.startswith("re:") and re.match(pattern[3:], name):
             return True
@@ -105,15 +155,16 @@ def _matches(patterns: list[str], name: str) -> bool:
     return False
 
 
-def plan_from_checkpoint(quantization_config: Any, profile: Any = None) -> QuantPlan:
+def plan_from_checkpoint(quantization_config: Any, profile: Any = None, layers: int = 2) -> QuantPlan:
     """The plan a checkpoint's ``quantization_config`` describes (BF16 when there is none).
 
-    Understands compressed-tensors pack-quantized int groups (Kimi-K2.5: INT4 group-32 routed
-    experts, the ``ignore`` list keeping attention, shared experts and dense MLPs in bf16), FP8
-    block quantization (DeepSeek-V3: e4m3 weights in 128x128 blocks), AWQ / GPTQ integer groups and
-    gpt-oss's MXFP4 experts. Whether dense linears
-    are ignored is asked of the checkpoint with the name of an attention output projection
-    under the ``profile``'s layers path.
+    Understands compressed-tensors groups (Kimi-K2.5: INT4 group-32 routed experts, the
+    ``ignore`` list keeping attention, shared experts and dense MLPs in bf16; integer W8A8 and
+    W4A8; FP8 and NVFP4 floats), FP8 block quantization (DeepSeek-V3: e4m3 weights in 128x128
+    blocks), NVIDIA ModelOpt's FP8 and NVFP4 (``quant_method`` ``modelopt``, or the
+    ``hf_quant_config.json`` the config loader folds in), AWQ / GPTQ integer groups and gpt-oss's
+    MXFP4 experts. Which linears a checkpoint keeps in 16 bits is asked of the names of one
+    decoder layer (the last of ``layers``) under the ``profile``'s layers path.
     """
     if not quantization_config:
         return QuantPlan(BF16, BF16, source="bf16 checkpoint")
@@ -123,6 +174,10 @@ def plan_from_checkpoint(quantization_config: Any, profile: Any = None) -> Quant
         raise InfercastError(f"the checkpoint's quantization_config is {type(quantization_config).__name__} "
                              f"{quantization_config!r}, not a mapping; fix the config or pass --quantize-linear-action")
     method = q.get("quant_method")
+    producer = q.get("producer")
+    if method is None and isinstance(producer, dict) and producer.get("name") == "modelopt":
+        method = "modelopt"  # ModelOpt's own config.json entry names its producer, not a method
+    layer = max(int(layers) - 1, 0) if isinstance(layers, int) and not isinstance(layers, bool) else 1
     if method == "fp8":
         block = q.get("weight_block_size")
         if block is not None and not (isinstance(block, (list, tuple)) and len(block) == 2 and all(
@@ -134,29 +189,89 @@ def plan_from_checkpoint(quantization_config: Any, profile: Any = None) -> Quant
         fp8 = QuantScheme("FP8_BLOCK", 8, None, "fp8", dynamic_activation=True, scale_bits=32, block=block)  # type: ignore[arg-type]
         return QuantPlan(fp8, fp8, source=f"checkpoint fp8 {block[0]}x{block[1]} blocks")
     if method == "compressed-tensors":
-        groups = q.get("config_groups") or {}
-        first = next(iter(groups.values()), {}) if isinstance(groups, dict) else None
-        weights = first.get("weights") if isinstance(first, dict) else None
-        weights = weights if isinstance(weights, dict) else {}
-        bits, group = weights.get("num_bits", 16), weights.get("group_size")
-        if bits not in (2, 3, 4, 8, 16) or isinstance(bits, bool):
-            raise InfercastError(f"quantization_config weights num_bits must be 2, 3, 4, 8 or 16, got {bits!r}")
-        if group is not None and (isinstance(group, bool) or not isinstance(group, int) or group < 1):
-            raise InfercastError(f"quantization_config weights group_size must be a positive integer, got {group!r}")
-        ignore = list(q.get("ignore") or [])
-        routed = QuantScheme(f"W{bits}A16", bits, group, "bf16")
-        layers_path = getattr(profile, "layers_path", "model.layers")
-        dense_ignored = _matches(ignore, f"{layers_path}.1.self_attn.o_proj")
-        dense = BF16 if dense_ignored else routed
-        return QuantPlan(routed, dense, source=f"checkpoint compressed-tensors int{bits} group {group}")
+        return _compressed_tensors(q, profile, layer)
+    if method == "modelopt":
+        return _modelopt(q, profile, layer)
     if method in ("awq", "gptq"):
         return _integer_groups(q, method, profile)
     if method == "mxfp4":  # gpt-oss: MXFP4 experts; attention, router, embeddings and head in bf16
         return QuantPlan(SCHEMES["MXFP4"], BF16, source="checkpoint mxfp4 experts")
     raise InfercastError(
-        f"checkpoint quantization_config has quant_method {method!r}, which infercast does not read; "
+        f"checkpoint quantization_config has quant_method {method!r}, which infercast does not read "
+        f"(it reads fp8, compressed-tensors, modelopt, awq, gptq and mxfp4); "
         f"pass --quantize-linear-action (one of {', '.join(ACTIONS)})"
     )
+
+
+def _compressed_tensors(q: dict, profile: Any, layer: int) -> QuantPlan:
+    """compressed-tensors: the first config group's weights (integer or float, bits, group) and
+    input activations (none: weight-only) give the scheme; ``ignore`` keeps modules in 16 bits."""
+    groups = q.get("config_groups") or {}
+    first = next(iter(groups.values()), {}) if isinstance(groups, dict) else None
+    weights = first.get("weights") if isinstance(first, dict) else None
+    weights = weights if isinstance(weights, dict) else {}
+    inputs = first.get("input_activations") if isinstance(first, dict) else None
+    bits, group = weights.get("num_bits", 16), weights.get("group_size")
+    if bits not in (2, 3, 4, 8, 16) or isinstance(bits, bool):
+        raise InfercastError(f"quantization_config weights num_bits must be 2, 3, 4, 8 or 16, got {bits!r}")
+    if group is not None and (isinstance(group, bool) or not isinstance(group, int) or group < 1):
+        raise InfercastError(f"quantization_config weights group_size must be a positive integer, got {group!r}")
+    kind = weights.get("type", "int")
+    if kind not in ("int", "float"):
+        raise InfercastError(f"quantization_config weights type must be 'int' or 'float', got {kind!r}")
+    act_bits = inputs.get("num_bits") if isinstance(inputs, dict) else None
+    dynamic = bool(inputs.get("dynamic", True)) if isinstance(inputs, dict) else False
+    if kind == "float" and bits == 8 and act_bits == 8:
+        block = weights.get("block_structure") if weights.get("strategy") == "block" else None
+        if block is not None:
+            block = tuple(block)
+            chosen = QuantScheme("FP8_BLOCK", 8, None, "fp8", dynamic_activation=True, scale_bits=32, block=block)
+            what = f"fp8 {block[0]}x{block[1]} blocks"
+        else:
+            chosen, what = SCHEMES["FP8"], f"fp8 per-{weights.get('strategy') or 'channel'}"
+    elif kind == "float" and bits == 4 and group == 16:
+        chosen = SCHEMES["NVFP4"] if act_bits == 4 else QuantScheme("W4A16", 4, 16, "bf16", scale_bits=8)
+        what = "nvfp4" if act_bits == 4 else "nvfp4 weight-only"
+    elif kind == "float" and bits != 8:
+        raise InfercastError(f"compressed-tensors float weights of {bits} bits in groups of {group} are not read "
+                             f"(FP8, and FP4 in groups of 16, are); pass --quantize-linear-action")
+    elif act_bits == 8 and bits in (4, 8):
+        chosen = QuantScheme(f"W{bits}A8_{'DYNAMIC' if dynamic else 'STATIC'}", bits, group if bits == 4 else None,
+                             "int8", dynamic_activation=True)
+        what = f"int{bits} weights, int8 activations"
+    else:
+        chosen = QuantScheme(f"W{bits}A16", bits, group, "bf16")
+        what = "fp8 weight-only" if kind == "float" else f"int{bits} group {group}"
+    ignore = list(q.get("ignore") or [])
+    return _role_plan(chosen, lambda name: _matches(ignore, name), profile, layer,
+                      f"checkpoint compressed-tensors {what}")
+
+
+MODELOPT_ALGOS = {"FP8": "FP8", "FP8_PER_CHANNEL_PER_TOKEN": "FP8", "NVFP4": "NVFP4"}
+"""ModelOpt's ``quant_algo`` values read, by the scheme each runs (vLLM's ``modelopt.py``:
+per-tensor or per-channel FP8 weights with FP8 activations; NVFP4)."""
+
+
+def _modelopt(q: dict, profile: Any, layer: int) -> QuantPlan:
+    """NVIDIA ModelOpt: ``quant_algo`` and the modules it leaves out (``exclude_modules`` in
+    ``hf_quant_config.json``, nested under ``quantization``; ``ignore`` in config.json), which
+    are module names or shell wildcards."""
+    inner = q.get("quantization") if isinstance(q.get("quantization"), dict) else q
+    algo = str(inner.get("quant_algo") or "").upper()
+    if algo not in MODELOPT_ALGOS:
+        raise InfercastError(f"ModelOpt quant_algo {inner.get('quant_algo')!r} is not read (infercast reads "
+                             f"{', '.join(MODELOPT_ALGOS)}); pass --quantize-linear-action")
+    group = inner.get("group_size", 16)
+    if algo == "NVFP4" and group != 16:
+        raise InfercastError(f"ModelOpt NVFP4 quantizes in groups of 16 weights, the checkpoint says group_size "
+                             f"{group!r}")
+    excluded = inner.get("exclude_modules", inner.get("ignore", [])) or []
+    if not isinstance(excluded, list) or not all(isinstance(m, str) for m in excluded):
+        raise InfercastError(f"ModelOpt exclude_modules must be a list of module names, got {excluded!r}")
+    kv = inner.get("kv_cache_quant_algo")
+    note = f"; its {kv} KV cache applies with --kv-cache-dtype fp8" if isinstance(kv, str) and kv else ""
+    return _role_plan(SCHEMES[MODELOPT_ALGOS[algo]], lambda name: any(fnmatch(name, m) for m in excluded), profile,
+                      layer, f"checkpoint modelopt {algo}{note}")
 
 
 def _integer_groups(q: dict, method: str, profile: Any) -> QuantPlan:

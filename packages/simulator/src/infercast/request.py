@@ -25,7 +25,8 @@ MAX_LAYERS = 1_000
 a few hundred MB; more is a typo, not a model."""
 
 KV_CACHE_DTYPES = ("bf16", "auto", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2")
-QUANT_ACTIONS = ("BF16", "W8A16", "W8A8_DYNAMIC", "W8A8_STATIC", "W4A8_DYNAMIC", "W4A16", "FP8", "FP8_BLOCK", "MXFP4")
+QUANT_ACTIONS = ("BF16", "W8A16", "W8A8_DYNAMIC", "W8A8_STATIC", "W4A8_DYNAMIC", "W4A16", "FP8", "FP8_BLOCK", "MXFP4",
+                 "NVFP4")
 SPEC_ALGORITHMS = ("EAGLE3", "EAGLE", "MTP", "NEXTN")
 ENGINES = ("sglang", "vllm", "trtllm")
 COST_MODELS = ("measured", "analytic")

@@ -36,7 +36,7 @@ from infercast.pricing import (
     scattered_attention_input,
     standard_dispatch_reason,
 )
-from infercast.quant import plan_from_action, plan_from_checkpoint
+from infercast.quant import QuantPlan, QuantScheme, plan_from_action, plan_from_checkpoint
 from infercast.request import DEFAULT_DECODE_CONTEXT, DEFAULT_DEVICE, UserInput, check
 from infercast.serving import default_chunk
 from infercast.results import OpRow, SimResult
@@ -50,7 +50,29 @@ def _resolve_quant(config: Any, text: Any, action: str | None, profile: Any):
     if action:
         return plan_from_action(action)
     q = getattr(text, "quantization_config", None) or getattr(config, "quantization_config", None)
-    return plan_from_checkpoint(q, profile)
+    return plan_from_checkpoint(q, profile, getattr(text, "num_hidden_layers", 2))
+
+
+def quant_on_device(quant: QuantPlan, engine: Any, device: Any) -> QuantPlan:
+    """``quant`` as the engine runs it on ``device``. NVFP4 without FP4 tensor cores: refused
+    where the engine has no other path, else (vLLM) run weight-only through Marlin's FP4 kernels
+    (``apply_fp4_marlin_linear``, ``fused_marlin_moe``): the same bytes, bf16 activations, priced
+    as Marlin's INT4 kernels (``w4a16``), which stream 4-bit weights the same way."""
+    if "fp4" in device.peak_flops_per_s:
+        return quant
+    roles = ("routed_experts", "dense", "attention_in", "attention_out")
+    if not any(getattr(quant, r) is not None and getattr(quant, r).kernel_dtype == "nvfp4" for r in roles):
+        return quant
+    if engine.nvfp4_needs_fp4_cores:
+        raise InfercastError(f"{engine.name} does not serve NVFP4 weights on {device.name}, which has no FP4 tensor "
+                             f"cores ({engine.nvfp4_needs_fp4_cores}); use a device with them (B200) or --engine "
+                             "vllm, which runs NVFP4 through Marlin's FP4 weight-only kernels")
+
+    def marlin(s: QuantScheme | None) -> QuantScheme | None:
+        return replace(s, compute_dtype="bf16", dynamic_activation=False) if s and s.kernel_dtype == "nvfp4" else s
+
+    return replace(quant, **{r: marlin(getattr(quant, r)) for r in roles},
+                   source=f"{quant.source}; weight-only through Marlin on {device.name}, which has no FP4 tensor cores")
 
 
 def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
@@ -88,12 +110,12 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
 
     from infercast.routing import check_distribution
 
-    quant = _resolve_quant(config, text, user.quantize_linear_action, profile)
+    model = cost_model_for(user, device)
+    quant = quant_on_device(_resolve_quant(config, text, user.quantize_linear_action, profile), model.engine, device)
     ctx = SimContext(parallel=parallel, workload=Workload(user.num_queries, query_length, context, decode), quant=quant,
                      kv_cache_dtype=KV_DTYPES[user.kv_cache_dtype],
                      expert_imbalance=check_distribution(user.expert_imbalance),
                      memory=MemoryLimits.asked(user.mem_fraction_static, user.max_total_tokens))
-    model = cost_model_for(user, device)
     ctx.pointwise = model.engine.pointwise
     ctx.sliding_kv = model.engine.sliding_kv
     ctx.fp32_router = model.engine.fp32_router

@@ -100,6 +100,12 @@ def test_modelopt_exclusions_keep_each_kind_of_linear_apart() -> None:
                                 DEEPSEEK, 78)
     assert (flat.attention_input.name, flat.attention_output.name, flat.dense.name, flat.routed_experts.name) == (
         "BF16", "BF16", "BF16", "NVFP4")
+    # the checkpoint nests the decoder as language_model.model.layers, transformers as model.language_model.layers
+    kimi = type("Profile", (), {"layers_path": "model.language_model.layers"})()
+    nested = plan_from_checkpoint({"quant_method": "modelopt", "quant_algo": "NVFP4",
+                                   "ignore": [f"language_model.model.layers.{i}.self_attn*" for i in range(61)]},
+                                  kimi, 61)
+    assert (nested.attention_input.name, nested.attention_output.name, nested.dense.name) == ("BF16", "BF16", "NVFP4")
 
 
 def test_a_modelopt_algorithm_not_read_is_refused_by_name() -> None:
@@ -157,3 +163,38 @@ def test_nvfp4_experts_read_the_nvfp4_moe_table_on_b200() -> None:
     assert result.quantization == "NVFP4 (--quantize-linear-action NVFP4)"
     (moe,) = [r for r in result.ops if r.name.startswith("fused_moe")]
     assert moe.source != "analytic" and moe.origin.startswith("moe sglang")
+
+
+def test_configs_aiconfigurator_ships_resolve_offline_with_their_quantization() -> None:
+    """nvidia/Llama-3.1-70B-Instruct-FP8 comes with aiconfigurator-core as a config.json and the
+    hf_quant_config.json beside it: a byte a weight."""
+    from infercast_adapters.config import load_config
+
+    from infercast.plugins import get_manager
+
+    config = load_config("NVIDIA/llama-3.1-70b-instruct-fp8", manager=get_manager())  # hub ids ignore case
+    assert config.quantization_config["quantization"]["quant_algo"] == "FP8"
+    result = _sim("nvidia/Llama-3.1-70B-Instruct-FP8", device="H200", num_devices=8)
+    assert result.quantization.startswith("FP8 (checkpoint modelopt FP8")
+    attention = 2 * 8192 * 8192 + 2 * 8192 * 1024  # q and o; k and v (8 KV heads of 128)
+    layer = attention + 3 * 8192 * 28672  # and the MLP: a byte a weight
+    embeddings = 2 * 128256 * 8192 * 2  # embedding and head in bf16
+    expected = (80 * layer + embeddings) / 8 / 2**30  # all of it split over TP8
+    assert result.memory_gib["weights"] == pytest.approx(expected, rel=0.005)
+    # a current hub name of a renamed repository finds the config under its old name
+    big = load_config("meta-llama/Llama-3.1-405B-Instruct", manager=get_manager())
+    assert (big.hidden_size, big.num_hidden_layers, big.intermediate_size) == (16384, 126, 53248)
+
+
+def test_models_lists_the_shipped_configs_its_profiles_serve(capsys) -> None:
+    from infercast import cli
+
+    assert cli.main(["models", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    shipped = {r["ref"]: r for r in listed["aiconfigurator_configs"]}
+    assert shipped["nvidia/DeepSeek-V3.1-NVFP4"] == {"ref": "nvidia/DeepSeek-V3.1-NVFP4", "model_type": "deepseek_v3",
+                                                    "quantization": "modelopt NVFP4"}
+    assert shipped["moonshotai/Kimi-K2-Instruct"]["model_type"] == "kimi_k2"  # read as DeepSeek-V3 (an alias)
+    assert "deepseek-ai/DeepSeek-V3.2" not in shipped  # deepseek_v32: no profile
+    assert "deepseek-ai/DeepSeek-V3" not in shipped  # bundled: listed with the models
+    assert {r["ref"] for r in listed["models"]} & set(shipped) == set()

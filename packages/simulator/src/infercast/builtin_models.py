@@ -279,6 +279,16 @@ ALIASES: dict[str, str] = {
     "minimax-m2.5": "MiniMaxAI/MiniMax-M2.5",
     "gpt-oss-120b": "openai/gpt-oss-120b",
     "gpt-oss-20b": "openai/gpt-oss-20b",
+    # later checkpoints of the same architectures
+    "deepseek-ai/DeepSeek-R1-0528": "deepseek-ai/DeepSeek-R1",
+    "deepseek-ai/DeepSeek-V3-0324": "deepseek-ai/DeepSeek-V3",
+    "deepseek-ai/DeepSeek-V3.1": "deepseek-ai/DeepSeek-V3",
+    "meta-llama/Llama-3.3-70B-Instruct": "meta-llama/Llama-3.1-70B-Instruct",
+    # configs aiconfigurator-core ships (kernels.aiconfigurator.model_configs), by their current hub names
+    "meta-llama/Llama-3.1-405B": "meta-llama/Meta-Llama-3.1-405B",
+    "meta-llama/Llama-3.1-405B-Instruct": "meta-llama/Meta-Llama-3.1-405B",
+    "meta-llama/Meta-Llama-3.1-405B-Instruct": "meta-llama/Meta-Llama-3.1-405B",
+    "llama-3.1-405b": "meta-llama/Meta-Llama-3.1-405B",
 }
 
 
@@ -332,8 +342,49 @@ def infercast_resolve_config(model_ref: str):
     ref = ALIASES.get(model_ref, ALIASES.get(model_ref.lower(), model_ref))
     values = BUNDLED.get(ref)
     if values is None:
-        return None
+        return _aiconfigurator_config(ref)
     return PlainConfig(values)
+
+
+def aiconfigurator_models(served: Callable[[str], bool]) -> list[dict[str, str]]:
+    """The configs aiconfigurator-core ships whose model_type ``served`` accepts: hub id,
+    model_type and the checkpoint's quantization as its config states it."""
+    from infercast.kernels.aiconfigurator import model_configs
+    from infercast_adapters.config import _read_json
+
+    rows = []
+    for ref, config, quant in model_configs().values():
+        values = _read_json(config)
+        model_type = values.get("model_type")
+        if not isinstance(model_type, str) or not served(model_type):
+            continue
+        q = values.get("quantization_config") or (values.get("text_config") or {}).get("quantization_config") or {}
+        if quant is not None and not q:
+            q = {"quant_method": "modelopt", **(_read_json(quant).get("quantization") or {})}
+        method = q.get("quant_method", "modelopt" if q.get("quant_algo") else "") if isinstance(q, dict) else ""
+        algo = q.get("quant_algo") if isinstance(q, dict) else None
+        rows.append({"ref": ref, "model_type": model_type,
+                     "quantization": f"{method} {algo}" if algo else (method or "bf16")})
+    return rows
+
+
+def _aiconfigurator_config(model_ref: str):
+    """The config aiconfigurator-core ships for ``model_ref`` (a hub id, any case), read as a
+    local checkpoint directory would be, its ``hf_quant_config.json`` included; None where it
+    ships none."""
+    from infercast.kernels.aiconfigurator import model_configs
+
+    found = model_configs().get(model_ref.lower())
+    if found is None:
+        return None
+    from infercast.plugins import get_manager
+    from infercast_adapters.config import _read_json, config_from_dict, with_modelopt_quantization
+
+    ref, config, quant = found
+    values = _read_json(config)
+    if quant is not None:
+        values = with_modelopt_quantization(values, quant)
+    return config_from_dict(values, source=f"{ref} ({config})", aliases=get_manager().config_aliases())
 
 
 @hookimpl

@@ -79,8 +79,15 @@ def _cmd_models(args: argparse.Namespace, console: Console) -> int:
                 "setting": f"s{o.steps} k{o.topk} n{o.draft_tokens}", "accept_length": o.accept_length,
                 "datasets": dict(o.datasets), "swept_by_plan": o.default, "source": o.source}
                for o in manager.speculative_options()]
+    from infercast.builtin_models import aiconfigurator_models
+
+    aliases = manager.config_aliases()
+    named = {r["ref"].lower() for r in refs}
+    shipped = [r for r in aiconfigurator_models(lambda t: t in profiles or aliases.get(t) in profiles)
+               if r["ref"].lower() not in named]
     if args.json:
-        print(json.dumps({"model_types": rows, "models": refs, "speculative": options}, indent=2))
+        print(json.dumps({"model_types": rows, "models": refs, "speculative": options,
+                          "aiconfigurator_configs": shipped}, indent=2))
         return 0
     table = Table(title="model types with a profile")
     for column in ("model_type", "plugin", "attention", "moe", "vision", "tokenizer"):
@@ -96,6 +103,13 @@ def _cmd_models(args: argparse.Namespace, console: Console) -> int:
         note = "default; " * ref["default"] + ref["description"]
         table.add_row(ref["ref"], ref["model_type"], ", ".join(ref["aliases"]), note.strip("; "))
     console.print(table)
+    if shipped:
+        table = Table(title="more configs available offline, from aiconfigurator-core's model_configs")
+        for column in ("reference", "model_type", "quantization"):
+            table.add_column(column, overflow="fold")
+        for row in shipped:
+            table.add_row(row["ref"], row["model_type"], row["quantization"])
+        console.print(table)
     table = Table(title="speculative options (acceptance presets)")
     for column in ("model_type", "algorithm", "preset", "draft", "setting", "accept length"):
         table.add_column(column, overflow="fold")

@@ -270,8 +270,17 @@ def _modelopt(q: dict, profile: Any, layer: int) -> QuantPlan:
         raise InfercastError(f"ModelOpt exclude_modules must be a list of module names, got {excluded!r}")
     kv = inner.get("kv_cache_quant_algo")
     note = f"; its {kv} KV cache applies with --kv-cache-dtype fp8" if isinstance(kv, str) and kv else ""
-    return _role_plan(SCHEMES[MODELOPT_ALGOS[algo]], lambda name: any(fnmatch(name, m) for m in excluded), profile,
+    return _role_plan(SCHEMES[MODELOPT_ALGOS[algo]], lambda name: _modelopt_excludes(excluded, name), profile,
                       layer, f"checkpoint modelopt {algo}{note}")
+
+
+def _modelopt_excludes(patterns: list[str], name: str) -> bool:
+    """Whether a ModelOpt exclusion (a name or a shell wildcard) covers module ``name``; a
+    pattern naming decoder layers is compared from ``layers.`` on, since checkpoints and
+    transformers nest the decoder differently (Kimi-K2.5-NVFP4 writes
+    ``language_model.model.layers.0.self_attn*`` for transformers' ``model.language_model.layers``)."""
+    tail = name[name.find("layers."):] if "layers." in name else name
+    return any(fnmatch(name, m) or ("layers." in m and fnmatch(tail, m[m.find("layers."):])) for m in patterns)
 
 
 def _integer_groups(q: dict, method: str, profile: Any) -> QuantPlan:

@@ -50,6 +50,27 @@ def data_root() -> Path | None:
     return root if root.is_dir() else None
 
 
+@functools.lru_cache(maxsize=1)
+def model_configs() -> dict[str, tuple[str, Path, Path | None]]:
+    """The ``config.json`` files aiconfigurator-core ships for the models it knows
+    (``model_configs/<org>--<name>_config.json``, a ModelOpt checkpoint's quantization beside it
+    as ``<org>--<name>_hf_quant_config.json``), by lower-cased hub id: (hub id, config file,
+    quantization file or None). Empty without the package."""
+    root = data_root()
+    folder = root.parent.parent / "model_configs" if root is not None else None
+    if folder is None or not folder.is_dir():
+        return {}
+    found = {}
+    for file in sorted(folder.glob("*--*_config.json")):
+        stem = file.name[:-len("_config.json")]
+        if stem.endswith("_hf_quant"):
+            continue
+        quant = folder / f"{stem}_hf_quant_config.json"
+        ref = stem.replace("--", "/", 1)
+        found[ref.lower()] = (ref, file, quant if quant.is_file() else None)
+    return found
+
+
 def version_key(version: str):
     """Sort key of an engine version: PEP 440 order, names that do not parse first."""
     from packaging.version import InvalidVersion, Version

@@ -26,7 +26,8 @@ lengths on a grid fine enough (:data:`RANGE`) that two clients share an output l
 rarely as they do under InferenceX's integer draws.
 
 Rows used: aggregated runs on H100, H200 and B200 of a model infercast ships, in the precision
-it ships, through sglang or vLLM, without attention DP. Every run is priced with the newest
+it ships or in NVIDIA's NVFP4 checkpoints (read from the configs aiconfigurator-core ships,
+:data:`MODELS`), through sglang or vLLM, without attention DP. Every run is priced with the newest
 kernel tables of its engine (the versions named by the groups are the runs', not the tables').
 Left out, with their counts printed:
 - TensorRT-LLM rows: the CSV does not record InferenceX's ``spec_method``, and these recipes
@@ -75,10 +76,20 @@ MODELS = {  # (the CSV's model, precision) -> (infercast model, --quantize-linea
     ("moonshotai/Kimi-K2.5", "int4"): ("moonshotai/Kimi-K2.5", None),
     ("MiniMaxAI/MiniMax-M2.5", "fp8"): ("MiniMaxAI/MiniMax-M2.5", None),
     ("openai/gpt-oss-120b", "fp4"): ("openai/gpt-oss-120b", None),  # the CSV's fp4: its MXFP4 experts
+    # NVIDIA's NVFP4 checkpoints (InferenceX: nvidia/DeepSeek-R1-0528-FP4, Llama-3.3-70B-Instruct-FP4,
+    # MiniMax-M2.5-NVFP4, Kimi-K2.5-NVFP4), read from the configs aiconfigurator-core ships: for DeepSeek
+    # its DeepSeek-V3.1 NVFP4 checkpoint (the same architecture, ModelOpt keeping MLA's input projections
+    # in bf16); for Llama every linear in NVFP4
+    ("deepseek-ai/DeepSeek-R1", "fp4"): ("nvidia/DeepSeek-V3.1-NVFP4", None),
+    ("deepseek-ai/DeepSeek-V3", "fp4"): ("nvidia/DeepSeek-V3.1-NVFP4", None),
+    ("meta-llama/Llama-3.1-70B", "fp4"): ("meta-llama/Llama-3.1-70B-Instruct", "NVFP4"),
+    ("MiniMaxAI/MiniMax-M2.5", "fp4"): ("nvidia/MiniMax-M2.5-NVFP4", None),
+    ("moonshotai/Kimi-K2.5", "fp4"): ("nvidia/Kimi-K2.5-NVFP4", None),
 }
-OUT_OF_SAMPLE = {"MiniMax-M2.5": "2026-11-27", "gpt-oss-120b": "2026-11-27"}
-"""Models whose runs first entered this benchmark after the modelling they check was done (the
-date the family was added): they are reported on their own as well as in the totals."""
+OUT_OF_SAMPLE = {"MiniMax-M2.5 ": "2026-11-27", "gpt-oss-120b ": "2026-11-27", "NVFP4": "2026-11-27"}
+"""Runs that first entered this benchmark after the modelling they check was done, by the start of
+their group's name (a model; NVFP4 runs, whose groups start "NVFP4"), with the date they were
+added: they are reported on their own as well as in the totals."""
 DEVICES = {"h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200"}
 """The systems with a built-in device and kernel tables (GB200 and B300 have neither here)."""
 POLICY = {"sglang": "separate", "vllm": "mixed"}
@@ -124,8 +135,7 @@ def select(rows: list[dict]) -> tuple[list[dict], collections.Counter]:
         elif (r["attention_dp_size"] or 1) != 1:
             left["attention DP"] += 1
         elif (r["model_path"], r["precision"]) not in MODELS:
-            left[f"{r['precision']} weights (NVFP4: not a built-in quantization)" if r["precision"] == "fp4"
-                 else f"{r['precision'] or 'unnamed'} weights, not mapped here"] += 1
+            left[f"{r['precision'] or 'unnamed'} weights, not mapped here"] += 1
         elif r["silicon_ttft_ms"] > SATURATED_MS:
             left[f"TTFT above {SATURATED_MS / 1e3:g} s (queue growing)"] += 1
         elif int(r["tp_size"]) > 8:
@@ -201,6 +211,8 @@ def recipe(row: dict) -> Recipe:
       (``pass_config: fuse_allreduce_rms``) and FlashInfer's MXFP4 x MXFP8 MoE, which no table
       times (priced analytically, as before)."""
     clients, tp = int(row["batch_size"]), int(row["tp_size"])
+    if row["precision"] == "fp4" and not row["model_path"].startswith("openai/"):
+        return nvfp4_recipe(row)
     if row["backend"] == "sglang" and row["model_path"].startswith("deepseek-ai/"):
         if row["system"] == "b200_sxm":
             if tp == 4:
@@ -217,6 +229,27 @@ def recipe(row: dict) -> Recipe:
             return Recipe(8192, 512, kv_cache_dtype="fp8", all_reduce_fusion="on")
         return Recipe(8192, clients, moe_kernel="marlin")
     return Recipe(max_running=clients)
+
+
+def nvfp4_recipe(row: dict) -> Recipe:
+    """The NVFP4 recipes on B200 (SemiAnalysisAI/InferenceX, benchmarks/single_node/ and the
+    earlier benchmarks/, read in November 2026; the runs' own dates' versions were not read):
+
+    - sglang DeepSeek-R1 (``dsr1_fp4_b200.sh``): ``--chunked-prefill-size 16384
+      --max-running-requests 256 --kv-cache-dtype fp8_e4m3 --enable-flashinfer-allreduce-fusion
+      --scheduler-recv-interval`` 10 below 16 clients, else 30, ``--ep-size`` the row's EP,
+      ``--moe-runner-backend flashinfer_trtllm`` (the kernel infercast prices for NVFP4 experts);
+    - vLLM Llama-3.3-70B (``70b_fp4_b200_docker.sh``): ``max-num-batched-tokens 8192``,
+      ``--max-num-seqs 512``, ``kv-cache-dtype fp8``, ``enable_fi_allreduce_fusion``; its
+      ``cudagraph_mode FULL_DECODE_ONLY`` (prefill eager) is not priced;
+    - vLLM MiniMax-M2.5 and Kimi-K2.5 (``minimaxm2.5_fp4_b200.sh``, ``kimik2.5_fp4_b200.sh``):
+      ``--max-num-seqs`` the clients, ``fuse_allreduce_rms``, the rest vLLM's defaults."""
+    clients = int(row["batch_size"])
+    if row["backend"] == "sglang":
+        return Recipe(16384, 256, 10 if clients < 16 else 30, "fp8", all_reduce_fusion="on")
+    if row["model_path"].startswith("meta-llama/"):
+        return Recipe(8192, 512, kv_cache_dtype="fp8", all_reduce_fusion="on")
+    return Recipe(max_running=clients, all_reduce_fusion="on")
 
 
 def as_run(row: dict, model: str, flags: Recipe) -> dict:
@@ -288,7 +321,8 @@ def main() -> int:
         e_ttft = (ttft - r["silicon_ttft_ms"]) / r["silicon_ttft_ms"]
         e_tpot = (tpot - r["silicon_tpot_ms"]) / r["silicon_tpot_ms"]
         model = "DeepSeek-R1/V3" if r["model_path"].startswith("deepseek-ai/") else r["model_path"].split("/")[-1]
-        name = (f"{model} {r['precision']}, {DEVICES[r['system']]}, "
+        nvfp4 = r["precision"] == "fp4" and not r["model_path"].startswith("openai/")
+        name = (f"{'NVFP4 ' if nvfp4 else ''}{model} {r['precision']}, {DEVICES[r['system']]}, "
                 f"{r['backend']} {r['backend_version'] or '(version not given)'}")
         groups[name].append((e_ttft, e_tpot))
         detail.add_row(name, f"{r['isl']}/{r['osl']}", str(int(r["tp_size"])), str(int(r["batch_size"])),
@@ -313,19 +347,19 @@ def main() -> int:
         return (f"{len(runs)} runs, TTFT {statistics.median(abs(e) for e, _ in runs):.1%}, "
                 f"TPOT {statistics.median(abs(e) for _, e in runs):.1%}")
 
-    fresh_names = tuple(f"{model} " for model in OUT_OF_SAMPLE)
+    fresh_names = tuple(OUT_OF_SAMPLE)
     checked = [e for name, errors in groups.items() if not name.startswith(fresh_names) for e in errors]
     if checked and len(checked) < len(every):
-        console.print(f"  the models checked before {max(OUT_OF_SAMPLE.values())}: {medians(checked)}")
+        console.print(f"  the runs checked before {max(OUT_OF_SAMPLE.values())}: {medians(checked)}")
         for device in DEVICES.values():
             some = [e for name, errors in groups.items() if not name.startswith(fresh_names)
                     and f", {device}, " in name for e in errors]
             if some:
                 console.print(f"    of them on {device}: {medians(some)}")
-    for model, since in OUT_OF_SAMPLE.items():
-        fresh = [e for name, errors in groups.items() if name.startswith(f"{model} ") for e in errors]
+    for prefix, since in OUT_OF_SAMPLE.items():
+        fresh = [e for name, errors in groups.items() if name.startswith(prefix) for e in errors]
         if fresh:
-            console.print(f"  {model} (out of sample, added {since}): {medians(fresh)}")
+            console.print(f"  {prefix.strip()} (out of sample, added {since}): {medians(fresh)}")
     for device in DEVICES.values():
         some = [e for name, errors in groups.items() if f", {device}, " in name for e in errors]
         if some:

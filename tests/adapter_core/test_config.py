@@ -156,8 +156,16 @@ def test_hub_flow_takes_the_tokenizer_class_from_the_repository(monkeypatch: pyt
     monkeypatch.setattr("huggingface_hub.hf_hub_download", hf_hub_download)
     monkeypatch.setattr(config_module, "hub_unreachable", lambda: None)
     config = config_module.load_hub_config("moonshotai/Kimi-K2-Instruct")
-    assert asked == [("moonshotai/Kimi-K2-Instruct", "tokenizer_config.json")]
+    assert asked == [("moonshotai/Kimi-K2-Instruct", "hf_quant_config.json"),
+                     ("moonshotai/Kimi-K2-Instruct", "tokenizer_config.json")]
     assert config.tokenizer_class == "TikTokenTokenizer"
+    assert not getattr(config, "quantization_config", None)  # the repository has no hf_quant_config.json
+    # a ModelOpt checkpoint states its quantization in hf_quant_config.json: vLLM and sglang read it
+    (tmp_path / "hf_quant_config.json").write_text('{"producer": {"name": "modelopt"}, '
+                                                   '"quantization": {"quant_algo": "NVFP4"}}')
+    config = config_module.load_hub_config("nvidia/DeepSeek-R1-FP4")
+    assert config.quantization_config == {"quant_method": "modelopt", "producer": {"name": "modelopt"},
+                                          "quantization": {"quant_algo": "NVFP4"}}
 
     def missing(repo, filename):
         raise OSError("404: no tokenizer_config.json in this repository")

@@ -5,6 +5,7 @@ serve NVFP4."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -75,11 +76,15 @@ def test_nvfp4_without_fp4_tensor_cores_runs_only_where_the_engine_has_marlin(tm
             _sim(model, device="H200", engine=engine)
         return
     result = _sim(model, device="H200", engine=engine)
-    # read from Marlin's INT4 rows: the same kernel streaming 4-bit weights
-    gemms = [r for r in result.ops if r.name.startswith("quant_gemm")]
-    assert gemms and all("marlin" in r.origin or r.source != "analytic" for r in gemms)
-    bf16 = _sim(_model_dir(tmp_path, "bf16", DENSE), device="H200", engine=engine)
-    assert result.step_latency_ms < bf16.step_latency_ms
+    assert result.quantization.endswith("weight-only through Marlin on H200, which has no FP4 tensor cores)")
+    # priced as Marlin's INT4 kernels stream 4-bit weights, group-16 FP8 scales a little more bytes
+    marlin = _sim(_model_dir(tmp_path, "bf16", DENSE), device="H200", engine=engine, quantize_linear_action="W4A16")
+    gemms = {r.name: r for r in result.ops if r.name.startswith("quant_gemm")}
+    int4 = {r.name: r for r in marlin.ops if r.name.startswith("quant_gemm")}
+    assert gemms.keys() == int4.keys() and all("w4a16" in r.origin for r in gemms.values())
+    for name, row in gemms.items():
+        assert int4[name].total_ms < row.total_ms < 1.15 * int4[name].total_ms
+    assert not any(r.name.startswith("quantize_activation") for r in result.ops)  # bf16 activations
 
 
 def test_modelopt_exclusions_keep_each_kind_of_linear_apart() -> None:
@@ -152,11 +157,61 @@ def test_compressed_tensors_weights_and_activations_give_the_kernel(weights, inp
     assert plan.source.startswith(source)
 
 
-def test_compressed_tensors_fp4_of_another_group_is_refused() -> None:
-    with pytest.raises(InfercastError, match=r"float weights of 4 bits in groups of 32 are not read"):
-        plan_from_checkpoint(_compressed({"num_bits": 4, "type": "float", "group_size": 32}, None))
+def test_compressed_tensors_fp4_groups_of_32_are_mxfp4_and_others_refused() -> None:
+    plan = plan_from_checkpoint(_compressed({"num_bits": 4, "type": "float", "group_size": 32}, None))
+    assert plan.dense.kernel_dtype == "mxfp4"
+    with pytest.raises(InfercastError, match=r"float weights of 4 bits in groups of 64 are not read"):
+        plan_from_checkpoint(_compressed({"num_bits": 4, "type": "float", "group_size": 64}, None))
 
 
+@pytest.mark.parametrize(("config", "message"), [
+    (_compressed({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128]},
+                 {"num_bits": 8, "type": "float"}), r"weights block_structure must be two positive integers, got \[128\]"),
+    (_compressed({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": "128x128"},
+                 {"num_bits": 8, "type": "float"}), r"block_structure must be two positive integers, got '128x128'"),
+    (_compressed({"num_bits": 8, "type": "float"}, {"num_bits": 8, "type": "float", "dynamic": "false"}),
+     r"input_activations dynamic must be true or false, got 'false'"),
+    (_compressed({"num_bits": 4, "type": "int", "group_size": 128}, None, ignore=["lm_head", 7]),
+     r"quantization_config ignore must be a list of module names, got \['lm_head', 7\]"),
+    ({"quant_method": "modelopt", "quantization": "FP8"}, r"'quantization'\) must be a mapping with a quant_algo, "
+                                                          r"got 'FP8'"),
+    ({"quant_method": "modelopt", "quantization": {}}, r"names no quant_algo .* got None"),
+    ({"quant_method": "modelopt", "quant_algo": "FP8", "ignore": "lm_head"},
+     r"ModelOpt exclude_modules must be a list of module names, got 'lm_head'"),
+])
+def test_malformed_checkpoint_quantization_is_refused_by_name(config, message) -> None:
+    with pytest.raises(InfercastError, match=message):
+        plan_from_checkpoint(config)
+
+
+def test_an_exclusion_of_another_towers_layers_is_not_the_decoders() -> None:
+    """A vision encoder's layers (Llama-4's vision_model.model.layers) are not the decoder's."""
+    plan = plan_from_checkpoint({"quant_method": "modelopt", "quant_algo": "NVFP4",
+                                 "ignore": ["lm_head", "vision_model.model.layers.*"]}, DEEPSEEK, 61)
+    assert {plan.attention_input.name, plan.attention_output.name, plan.dense.name,
+            plan.routed_experts.name} == {"NVFP4"}
+
+
+def test_nvfp4_is_refused_where_neither_fp4_cores_nor_marlin_run(tmp_path) -> None:
+    model = _model_dir(tmp_path, "nvfp4", DENSE, MODELOPT_NVFP4)
+    with pytest.raises(InfercastError, match=r"NVFP4 weights need FP4 tensor cores or Marlin's CUDA kernels, and "
+                                             r"MI300X has neither"):
+        _sim(model, device="MI300X", engine="vllm")
+
+
+def test_the_mtp_layer_a_checkpoint_keeps_in_bf16_drafts_in_bf16() -> None:
+    """nvidia/DeepSeek-V3.1-NVFP4 leaves model.layers.61 (the MTP layer) out of its quantization,
+    and sglang loads that layer unquantized: the draft reads 16-bit experts."""
+    def draft(model: str) -> float:
+        result = _sim(model, num_devices=8, speculative_algorithm="MTP", speculative_num_steps=1,
+                      speculative_eagle_topk=1, speculative_num_draft_tokens=2, accept_length=1.7)
+        return result.memory_gib["draft_weights"]
+
+    fp4_weights, fp8_weights = draft("nvidia/DeepSeek-V3.1-NVFP4"), draft("deepseek-ai/DeepSeek-V3")
+    # one MoE layer of 256 experts (3 x 7168 x 2048 each) at TP8 and eh_proj (2 x 7168 in, 7168 out,
+    # replicated): 2 bytes a weight against FP8's 1; the attention and shared expert add a little
+    experts, eh_proj = 256 * 3 * 7168 * 2048 / 8, 2 * 7168 * 7168
+    assert fp4_weights - fp8_weights == pytest.approx((experts + eh_proj) / 2**30, rel=0.05)
 def test_nvfp4_experts_read_the_nvfp4_moe_table_on_b200() -> None:
     result = _sim("deepseek-ai/DeepSeek-V3", num_devices=8, quantize_linear_action="NVFP4",
                   num_hidden_layers_override=4)
@@ -198,3 +253,17 @@ def test_models_lists_the_shipped_configs_its_profiles_serve(capsys) -> None:
     assert "deepseek-ai/DeepSeek-V3.2" not in shipped  # deepseek_v32: no profile
     assert "deepseek-ai/DeepSeek-V3" not in shipped  # bundled: listed with the models
     assert {r["ref"] for r in listed["models"]} & set(shipped) == set()
+
+
+def test_plan_leaves_out_a_quantization_the_engine_cannot_serve_and_says_why() -> None:
+    from infercast.plan import Planner, PlanRequest
+
+    request = PlanRequest(model="meta-llama/Llama-3.1-70B-Instruct", device="H200", num_devices=(8,), batches=(8,),
+                          speculative=(), quantizations=("NVFP4", "FP8"), engine="sglang")
+    planner = Planner(request)
+    assert planner.quantizations == ("FP8",)
+    assert {quant for _, quant, _, _ in planner.grid()} == {"FP8"}
+    assert any(n.startswith("--quantization NVFP4 left out: sglang does not serve NVFP4 weights on H200")
+               for n in planner.spec_notes)
+    with pytest.raises(InfercastError, match=r"sglang does not serve NVFP4 weights on H200"):
+        Planner(replace(request, quantizations=("NVFP4",)))

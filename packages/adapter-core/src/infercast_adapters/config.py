@@ -149,6 +149,8 @@ def load_local_config(path: str | Path, aliases: Mapping[str, str] = {}) -> Pret
         except Exception as exc:  # the directory's own code: any error it raises
             raise ConfigError(f"{path}: its auto_map code could not load the config ({type(exc).__name__}: {exc})") from exc
         config = _native_reload(remote, aliases) or remote
+        if values.get("quantization_config") and not getattr(config, "quantization_config", None):
+            config.quantization_config = values["quantization_config"]  # the folded hf_quant_config.json
     else:
         config = config_from_dict(values, source=str(file), aliases=aliases)
     tokenizer = file.parent / "tokenizer_config.json"
@@ -175,14 +177,24 @@ def with_tokenizer_class(config: PretrainedConfig, tokenizer_config: Mapping[str
     return config
 
 
-def _hub_tokenizer_config(model_ref: str) -> dict[str, Any]:
-    """The hub checkpoint's ``tokenizer_config.json`` values; empty where it has none or the
-    download fails (the model family's tokenizer kind then stands)."""
+def _hub_file(model_ref: str, name: str) -> Path | None:
+    """The repository's file ``name`` from the hub (or its cache); None where the repository has
+    no such file or the download fails."""
     try:
         from huggingface_hub import hf_hub_download
 
-        return _read_json(Path(hf_hub_download(model_ref, "tokenizer_config.json")))
-    except Exception:  # no such file in the repository, a failed download, a file that is not a JSON object
+        return Path(hf_hub_download(model_ref, name))
+    except Exception:  # no such file in the repository, a failed download
+        return None
+
+
+def _hub_tokenizer_config(model_ref: str) -> dict[str, Any]:
+    """The hub checkpoint's ``tokenizer_config.json`` values; empty where it has none or the
+    download fails (the model family's tokenizer kind then stands)."""
+    file = _hub_file(model_ref, "tokenizer_config.json")
+    try:
+        return _read_json(file) if file is not None else {}
+    except ConfigError:  # a file that is not a JSON object
         return {}
 
 
@@ -235,6 +247,11 @@ def load_hub_config(model_ref: str, aliases: Mapping[str, str] = {}) -> Pretrain
                 f"nor with trust_remote_code ({exc})"
             ) from exc
         config = _native_reload(remote, aliases) or remote
+    if not getattr(config, "quantization_config", None):
+        file = _hub_file(model_ref, "hf_quant_config.json")  # a ModelOpt checkpoint states its quantization there
+        quantization = with_modelopt_quantization({}, file).get("quantization_config") if file else None
+        if quantization:
+            config.quantization_config = quantization
     return with_tokenizer_class(config, _hub_tokenizer_config(model_ref))
 
 

@@ -288,7 +288,6 @@ ALIASES: dict[str, str] = {
     "meta-llama/Llama-3.1-405B": "meta-llama/Meta-Llama-3.1-405B",
     "meta-llama/Llama-3.1-405B-Instruct": "meta-llama/Meta-Llama-3.1-405B",
     "meta-llama/Meta-Llama-3.1-405B-Instruct": "meta-llama/Meta-Llama-3.1-405B",
-    "llama-3.1-405b": "meta-llama/Meta-Llama-3.1-405B",
 }
 
 

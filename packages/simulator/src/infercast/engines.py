@@ -482,10 +482,10 @@ class Engine:
     (:attr:`~infercast.devices.Efficiency.streams`)."""
 
     moe_all_to_all: MoEAllToAll = MoEAllToAll(None, False, "assumed: an all-to-all for every expert dtype and layout")
+    """When expert parallelism runs through an all-to-all backend rather than the standard dispatcher."""
     nvfp4_needs_fp4_cores: str | None = None
     """Where the engine serves NVFP4 weights only on GPUs with FP4 tensor cores (sm_100 and
     later), its source; None: elsewhere it runs them through Marlin's FP4 weight-only kernels."""
-    """When expert parallelism runs through an all-to-all backend rather than the standard dispatcher."""
     attention_writes_cache: bool = False
     """The engine's attention call stores the step's new keys and values (and, in TensorRT-LLM,
     applies RoPE) inside it, so the tables' attention rows include that write."""

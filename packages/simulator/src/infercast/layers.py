@@ -44,6 +44,9 @@ class SimContext:
     workload: Workload
     quant: QuantPlan
     kv_cache_dtype: torch.dtype = torch.bfloat16
+    mtp_quant: QuantPlan | None = None
+    """The checkpoint's plan for its MTP layer where it differs from the decoder's (NVIDIA's NVFP4
+    DeepSeek checkpoints keep it in bf16); None: the decoder's."""
     expert_imbalance: str = "balanced"
     """Routing distribution over experts (:mod:`infercast.routing`)."""
     prefill_graph_tokens: int = 0

@@ -40,9 +40,17 @@ from infercast.pricing import (
     prefill_graph_tokens,
     spec_host_rows,
 )
+from infercast.quant import QuantPlan
 from infercast.request import UserInput, check_flag
 from infercast.serving import MODES, ServingOptions, default_chunk
-from infercast.simulate import _resolve_quant, quant_on_device, resolve_profile, routed_experts, speculative_request
+from infercast.simulate import (
+    _resolve_quant,
+    mtp_quant,
+    quant_on_device,
+    resolve_profile,
+    routed_experts,
+    speculative_request,
+)
 from infercast.step import price_records, step_time
 from infercast.trace import trace
 from infercast.validate import check_config
@@ -269,6 +277,8 @@ class Planner:
         """Each speculative setup resolved (draft and acceptance), by its label."""
         self.spec_grid: list[SpecChoice] = []
         self.spec_notes: list[str] = []
+        self._quant_plans: dict[str | None, QuantPlan] = {}
+        self.quantizations = self._servable_quantizations()
         grid = DEFAULT_SPEC_GRID if request.spec_grid is None else request.spec_grid
         setups = self._speculative_setups()
         if request.spec_grid and not setups:
@@ -321,9 +331,10 @@ class Planner:
             parallel = Parallel(layout.num_devices, layout.tp, layout.dp, layout.ep,
                                 scale_up_domain=self.device.scale_up_domain(),
                                 redundant_experts=layout.redundant_experts)
-            plan = _resolve_quant(self.config, self.text, quant, self.profile)
-            plan = quant_on_device(plan, self.costs.engine, self.device)
+            plan = self.quant_plan(quant)
             ctx = SimContext(parallel=parallel, workload=Workload(1, 1, 0, True), quant=plan,
+                             mtp_quant=mtp_quant(self.config, self.text, quant, self.profile, self.costs.engine,
+                                                 self.device, None, plan),
                              kv_cache_dtype=KV_DTYPES[self.request.kv_cache_dtype],
                              expert_imbalance=self.request.expert_imbalance, memory=self.memory,
                              pointwise=self.costs.engine.pointwise, sliding_kv=self.costs.engine.sliding_kv,
@@ -408,9 +419,34 @@ class Planner:
         """The speculative algorithm a configuration with ``spec`` runs (None: none)."""
         return self.spec_requests[spec.option].algorithm if spec is not None else None
 
+    def quant_plan(self, quant: str | None) -> QuantPlan:
+        """The plan quantization ``quant`` (None: the checkpoint's) runs as the engine serves it on
+        the device (:func:`~infercast.simulate.quant_on_device`)."""
+        if quant not in self._quant_plans:
+            self._quant_plans[quant] = quant_on_device(_resolve_quant(self.config, self.text, quant, self.profile),
+                                                       self.costs.engine, self.device)
+        return self._quant_plans[quant]
+
+    def _servable_quantizations(self) -> tuple[str | None, ...]:
+        """The asked quantizations the engine serves on the device; the others are left out with a
+        note, unless none is left."""
+        kept = []
+        for quant in self.request.quantizations:
+            try:
+                self.quant_plan(quant)
+            except InfercastError as exc:
+                if len(self.request.quantizations) == 1:
+                    raise
+                self.spec_notes.append(f"--quantization {quant or 'checkpoint'} left out: {exc}")
+            else:
+                kept.append(quant)
+        if not kept:
+            raise InfercastError(f"no --quantization choice can be served: {'; '.join(self.spec_notes)}")
+        return tuple(kept)
+
     def expert_dtype(self, quant: str | None) -> str:
         """The routed experts' kernel dtype under quantization ``quant`` (None: the checkpoint's)."""
-        return _resolve_quant(self.config, self.text, quant, self.profile).routed_experts.kernel_dtype
+        return self.quant_plan(quant).routed_experts.kernel_dtype
 
     def _draft(self, layout: Layout, quant: str | None, option: str):
         from infercast.speculative import draft_for
@@ -522,7 +558,7 @@ class Planner:
         and the engine cannot run this expert-parallel layout's experts behind an all-to-all."""
         if self.request.moe_all_to_all != "on" or layout.ep == 1:
             return True
-        dtype = _resolve_quant(self.config, self.text, quant, self.profile).routed_experts.kernel_dtype
+        dtype = self.quant_plan(quant).routed_experts.kernel_dtype
         return self.costs.engine.moe_all_to_all.runs(dtype, layout.dp, self.device.cuda_arch)
 
     def grid(self) -> list[tuple[Layout, str | None, int, SpecChoice | None]]:
@@ -530,7 +566,7 @@ class Planner:
         points = []
         for n in self.request.num_devices:
             for layout in layouts(n, num_heads=self.text.num_attention_heads, num_experts=experts):
-                for quant in self.request.quantizations:
+                for quant in self.quantizations:
                     if not self.runs_all_to_all(layout, quant):
                         continue  # --moe-all-to-all on: the engine cannot serve this layout that way
                     for batch in self.request.batches:

@@ -180,12 +180,11 @@ def plan_from_checkpoint(quantization_config: Any, profile: Any = None, layers: 
     layer = max(int(layers) - 1, 0) if isinstance(layers, int) and not isinstance(layers, bool) else 1
     if method == "fp8":
         block = q.get("weight_block_size")
-        if block is not None and not (isinstance(block, (list, tuple)) and len(block) == 2 and all(
-                isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
-            raise InfercastError(f"quantization_config.weight_block_size must be two positive integers, got {block!r}")
         if not block:
+            if block is not None:
+                _block(block, "quantization_config.weight_block_size")
             return QuantPlan(SCHEMES["FP8"], SCHEMES["FP8"], source="checkpoint fp8 per-channel")
-        block = tuple(block)
+        block = _block(block, "quantization_config.weight_block_size")
         fp8 = QuantScheme("FP8_BLOCK", 8, None, "fp8", dynamic_activation=True, scale_bits=32, block=block)  # type: ignore[arg-type]
         return QuantPlan(fp8, fp8, source=f"checkpoint fp8 {block[0]}x{block[1]} blocks")
     if method == "compressed-tensors":
@@ -201,6 +200,21 @@ def plan_from_checkpoint(quantization_config: Any, profile: Any = None, layers: 
         f"(it reads fp8, compressed-tensors, modelopt, awq, gptq and mxfp4); "
         f"pass --quantize-linear-action (one of {', '.join(ACTIONS)})"
     )
+
+
+def _block(block: Any, what: str) -> tuple[int, int]:
+    if not (isinstance(block, (list, tuple)) and len(block) == 2 and all(
+            isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+        raise InfercastError(f"{what} must be two positive integers, got {block!r}")
+    return (block[0], block[1])
+
+
+def _names(value: Any, what: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(m, str) for m in value):
+        raise InfercastError(f"{what} must be a list of module names, got {value!r}")
+    return value
 
 
 def _compressed_tensors(q: dict, profile: Any, layer: int) -> QuantPlan:
@@ -220,29 +234,37 @@ def _compressed_tensors(q: dict, profile: Any, layer: int) -> QuantPlan:
     if kind not in ("int", "float"):
         raise InfercastError(f"quantization_config weights type must be 'int' or 'float', got {kind!r}")
     act_bits = inputs.get("num_bits") if isinstance(inputs, dict) else None
-    dynamic = bool(inputs.get("dynamic", True)) if isinstance(inputs, dict) else False
+    dynamic = inputs.get("dynamic", True) if isinstance(inputs, dict) else False
+    if not isinstance(dynamic, bool):
+        raise InfercastError(f"quantization_config input_activations dynamic must be true or false, got {dynamic!r}")
     if kind == "float" and bits == 8 and act_bits == 8:
         block = weights.get("block_structure") if weights.get("strategy") == "block" else None
         if block is not None:
-            block = tuple(block)
+            block = _block(block, "quantization_config weights block_structure")
             chosen = QuantScheme("FP8_BLOCK", 8, None, "fp8", dynamic_activation=True, scale_bits=32, block=block)
             what = f"fp8 {block[0]}x{block[1]} blocks"
         else:
             chosen, what = SCHEMES["FP8"], f"fp8 per-{weights.get('strategy') or 'channel'}"
-    elif kind == "float" and bits == 4 and group == 16:
-        chosen = SCHEMES["NVFP4"] if act_bits == 4 else QuantScheme("W4A16", 4, 16, "bf16", scale_bits=8)
-        what = "nvfp4" if act_bits == 4 else "nvfp4 weight-only"
+    elif kind == "float" and bits == 4 and group in (16, 32):
+        if group == 32:  # MXFP4: power-of-two scales a group of 32
+            chosen, what = SCHEMES["MXFP4"], "mxfp4"
+        elif act_bits == 4:
+            chosen, what = SCHEMES["NVFP4"], "nvfp4"
+        else:  # FP4 weights alone: Marlin's FP4 weight-only kernels
+            chosen, what = QuantScheme("NVFP4_W4A16", 4, 16, "bf16", scale_bits=8), "nvfp4 weight-only"
     elif kind == "float" and bits != 8:
         raise InfercastError(f"compressed-tensors float weights of {bits} bits in groups of {group} are not read "
-                             f"(FP8, and FP4 in groups of 16, are); pass --quantize-linear-action")
-    elif act_bits == 8 and bits in (4, 8):
-        chosen = QuantScheme(f"W{bits}A8_{'DYNAMIC' if dynamic else 'STATIC'}", bits, group if bits == 4 else None,
-                             "int8", dynamic_activation=True)
-        what = f"int{bits} weights, int8 activations"
+                             f"(FP8, and FP4 in groups of 16 or 32, are); pass --quantize-linear-action")
+    elif act_bits == 8 and bits == 8:
+        chosen = SCHEMES["W8A8_DYNAMIC" if dynamic else "W8A8_STATIC"]
+        what = "int8 weights, int8 activations"
+    elif act_bits == 8 and bits == 4:
+        chosen = QuantScheme("W4A8_DYNAMIC", 4, group, "int8", dynamic_activation=True)
+        what = "int4 weights, int8 activations"
     else:
         chosen = QuantScheme(f"W{bits}A16", bits, group, "bf16")
         what = "fp8 weight-only" if kind == "float" else f"int{bits} group {group}"
-    ignore = list(q.get("ignore") or [])
+    ignore = _names(q.get("ignore"), "quantization_config ignore")
     return _role_plan(chosen, lambda name: _matches(ignore, name), profile, layer,
                       f"checkpoint compressed-tensors {what}")
 
@@ -256,8 +278,15 @@ def _modelopt(q: dict, profile: Any, layer: int) -> QuantPlan:
     """NVIDIA ModelOpt: ``quant_algo`` and the modules it leaves out (``exclude_modules`` in
     ``hf_quant_config.json``, nested under ``quantization``; ``ignore`` in config.json), which
     are module names or shell wildcards."""
-    inner = q.get("quantization") if isinstance(q.get("quantization"), dict) else q
-    algo = str(inner.get("quant_algo") or "").upper()
+    inner = q.get("quantization", q)
+    if not isinstance(inner, dict):
+        raise InfercastError(f"the ModelOpt quantization entry (hf_quant_config.json's 'quantization') must be a "
+                             f"mapping with a quant_algo, got {inner!r}")
+    algo = inner.get("quant_algo")
+    if not isinstance(algo, str) or not algo:
+        raise InfercastError(f"the ModelOpt quantization entry names no quant_algo (a string such as FP8 or NVFP4), "
+                             f"got {algo!r}; fix the checkpoint's hf_quant_config.json or pass --quantize-linear-action")
+    algo = algo.upper()
     if algo not in MODELOPT_ALGOS:
         raise InfercastError(f"ModelOpt quant_algo {inner.get('quant_algo')!r} is not read (infercast reads "
                              f"{', '.join(MODELOPT_ALGOS)}); pass --quantize-linear-action")
@@ -265,9 +294,7 @@ def _modelopt(q: dict, profile: Any, layer: int) -> QuantPlan:
     if algo == "NVFP4" and group != 16:
         raise InfercastError(f"ModelOpt NVFP4 quantizes in groups of 16 weights, the checkpoint says group_size "
                              f"{group!r}")
-    excluded = inner.get("exclude_modules", inner.get("ignore", [])) or []
-    if not isinstance(excluded, list) or not all(isinstance(m, str) for m in excluded):
-        raise InfercastError(f"ModelOpt exclude_modules must be a list of module names, got {excluded!r}")
+    excluded = _names(inner.get("exclude_modules", inner.get("ignore")), "ModelOpt exclude_modules")
     kv = inner.get("kv_cache_quant_algo")
     note = f"; its {kv} KV cache applies with --kv-cache-dtype fp8" if isinstance(kv, str) and kv else ""
     return _role_plan(SCHEMES[MODELOPT_ALGOS[algo]], lambda name: _modelopt_excludes(excluded, name), profile,
@@ -275,12 +302,25 @@ def _modelopt(q: dict, profile: Any, layer: int) -> QuantPlan:
 
 
 def _modelopt_excludes(patterns: list[str], name: str) -> bool:
-    """Whether a ModelOpt exclusion (a name or a shell wildcard) covers module ``name``; a
-    pattern naming decoder layers is compared from ``layers.`` on, since checkpoints and
-    transformers nest the decoder differently (Kimi-K2.5-NVFP4 writes
-    ``language_model.model.layers.0.self_attn*`` for transformers' ``model.language_model.layers``)."""
-    tail = name[name.find("layers."):] if "layers." in name else name
-    return any(fnmatch(name, m) or ("layers." in m and fnmatch(tail, m[m.find("layers."):])) for m in patterns)
+    """Whether a ModelOpt exclusion (a name or a shell wildcard) covers module ``name``, reading
+    the decoder's known nestings as one (:data:`DECODER_PREFIXES`): Kimi-K2.5-NVFP4 writes
+    ``language_model.model.layers.0.self_attn*`` for transformers' ``model.language_model.layers``."""
+    own = _decoder_relative(name)
+    return any(fnmatch(name, m) or (own is not None and _decoder_relative(m) is not None
+                                    and fnmatch(own, _decoder_relative(m))) for m in patterns)
+
+
+DECODER_PREFIXES = ("model.language_model.layers.", "language_model.model.layers.", "model.layers.")
+"""Where checkpoints and transformers put the text decoder's layers."""
+
+
+def _decoder_relative(name: str) -> str | None:
+    """``name`` from ``layers.`` on when it starts with a decoder prefix, else None (a vision
+    tower's ``vision_model.model.layers.*`` is not the decoder's)."""
+    for prefix in DECODER_PREFIXES:
+        if name.startswith(prefix):
+            return "layers." + name[len(prefix):]
+    return None
 
 
 def _integer_groups(q: dict, method: str, profile: Any) -> QuantPlan:

@@ -46,11 +46,25 @@ from infercast.validate import check_config
 __all__ = ["DEFAULT_DEVICE", "OpRow", "SimResult", "UserInput", "simulate"]
 
 
-def _resolve_quant(config: Any, text: Any, action: str | None, profile: Any):
+def _resolve_quant(config: Any, text: Any, action: str | None, profile: Any, layers: int | None = None):
+    """The quantization plan: the action's, else the checkpoint's asked of the last of ``layers``
+    decoder layers (default: the config's count; one more for the MTP layer checkpoints store after
+    them)."""
     if action:
         return plan_from_action(action)
     q = getattr(text, "quantization_config", None) or getattr(config, "quantization_config", None)
-    return plan_from_checkpoint(q, profile, getattr(text, "num_hidden_layers", 2))
+    return plan_from_checkpoint(q, profile, layers or getattr(text, "num_hidden_layers", 2))
+
+
+def mtp_quant(config: Any, text: Any, action: str | None, profile: Any, engine: Any, device: Any,
+              layers: int | None, quant: QuantPlan) -> QuantPlan | None:
+    """The MTP layer's plan where the checkpoint stores it apart from the decoder's (``layers``:
+    the decoder's count), else None."""
+    if action or not getattr(text, "num_nextn_predict_layers", 0):
+        return None
+    depth = layers or getattr(text, "num_hidden_layers", 1)
+    own = quant_on_device(_resolve_quant(config, text, None, profile, depth + 1), engine, device)
+    return None if own == quant else own
 
 
 def quant_on_device(quant: QuantPlan, engine: Any, device: Any) -> QuantPlan:
@@ -63,6 +77,9 @@ def quant_on_device(quant: QuantPlan, engine: Any, device: Any) -> QuantPlan:
     roles = ("routed_experts", "dense", "attention_in", "attention_out")
     if not any(getattr(quant, r) is not None and getattr(quant, r).kernel_dtype == "nvfp4" for r in roles):
         return quant
+    if device.cuda_arch is None:
+        raise InfercastError(f"NVFP4 weights need FP4 tensor cores or Marlin's CUDA kernels, and {device.name} has "
+                             "neither; use an NVIDIA device (B200 runs NVFP4 natively)")
     if engine.nvfp4_needs_fp4_cores:
         raise InfercastError(f"{engine.name} does not serve NVFP4 weights on {device.name}, which has no FP4 tensor "
                              f"cores ({engine.nvfp4_needs_fp4_cores}); use a device with them (B200) or --engine "
@@ -111,8 +128,11 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     from infercast.routing import check_distribution
 
     model = cost_model_for(user, device)
-    quant = quant_on_device(_resolve_quant(config, text, user.quantize_linear_action, profile), model.engine, device)
+    quant = quant_on_device(_resolve_quant(config, text, user.quantize_linear_action, profile, depth), model.engine,
+                            device)
     ctx = SimContext(parallel=parallel, workload=Workload(user.num_queries, query_length, context, decode), quant=quant,
+                     mtp_quant=mtp_quant(config, text, user.quantize_linear_action, profile, model.engine, device,
+                                         depth, quant),
                      kv_cache_dtype=KV_DTYPES[user.kv_cache_dtype],
                      expert_imbalance=check_distribution(user.expert_imbalance),
                      memory=MemoryLimits.asked(user.mem_fraction_static, user.max_total_tokens))

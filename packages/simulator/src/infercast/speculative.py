@@ -36,6 +36,7 @@ from infercast.layers import (
     SimModule,
     SimRMSNorm,
 )
+from infercast.quant import QuantScheme
 from infercast.trace import OpRecord, _module_paths, _Recorder, _take
 
 ALGORITHMS = ("EAGLE3", "EAGLE", "MTP")
@@ -95,12 +96,13 @@ class SimMTPLayer(SimModule):
     """DeepSeek-V3's MTP module: ``eh_proj([enorm(embeds), hnorm(hidden)])`` then one decoder
     layer of the target's kind (MLA + MoE)."""
 
-    def __init__(self, ctx: SimContext, decoder: SimDecoderLayer, hidden_size: int) -> None:
+    def __init__(self, ctx: SimContext, decoder: SimDecoderLayer, hidden_size: int,
+                 eh_proj: QuantScheme | None = None) -> None:
         super().__init__()
         self.ctx = ctx
         self.enorm = SimRMSNorm(hidden_size)
         self.hnorm = SimRMSNorm(hidden_size)
-        self.eh_proj = SimLinear(2 * hidden_size, hidden_size, ctx.quant.dense)
+        self.eh_proj = SimLinear(2 * hidden_size, hidden_size, eh_proj or ctx.quant.dense)
         self.decoder = decoder
 
     def kv_bytes_per_token(self) -> int:
@@ -201,13 +203,15 @@ def eagle3_draft(config: Any, target_model_type: str, ctx: SimContext, manager: 
                     architecture=spec.architecture)
 
 
-def mtp_draft(target_last_layer: SimDecoderLayer, text: Any, ctx: SimContext) -> SimDraft:
-    """DeepSeek-V3's MTP module as a draft: a copy of the target's last (MoE) layer kind."""
+def mtp_draft(target_last_layer: SimDecoderLayer, text: Any, ctx: SimContext,
+              eh_proj: QuantScheme | None = None) -> SimDraft:
+    """DeepSeek-V3's MTP module as a draft: a copy of the target's last (MoE) layer kind
+    (``eh_proj``: its projection's scheme, default the decoder's dense one)."""
     layers = getattr(text, "num_nextn_predict_layers", 0) or 0
     if layers < 1:
         raise InfercastError(f"{getattr(text, 'model_type', 'this model')} has no MTP layer "
                              "(num_nextn_predict_layers = 0); use --speculative-algorithm EAGLE3 with a draft model")
-    layer = SimMTPLayer(ctx, target_last_layer, text.hidden_size)
+    layer = SimMTPLayer(ctx, target_last_layer, text.hidden_size, eh_proj)
     return SimDraft(ctx, layer, hidden_size=text.hidden_size, vocab_size=text.vocab_size,
                     draft_vocab_size=text.vocab_size, fc_in=None, architecture="DeepSeek-V3 MTP")
 
@@ -219,12 +223,34 @@ def draft_for(draft_config: Any, built: Any, ctx: SimContext, manager: Any) -> t
     from infercast.quant import plan_from_checkpoint
 
     if draft_config is None:
-        return mtp_draft(built.sim.layers[-1], built.text_config, ctx), ctx
+        if ctx.mtp_quant is None:
+            return mtp_draft(built.sim.layers[-1], built.text_config, ctx), ctx
+        return mtp_draft(_mtp_decoder(built, ctx, manager), built.text_config, ctx, ctx.mtp_quant.dense), ctx
     # the draft's pool has the target's slots (sglang sizes both from the target's max_total_tokens)
     draft_ctx = SimContext(parallel=ctx.parallel, workload=ctx.workload, quant=plan_from_checkpoint(
         getattr(draft_config, "quantization_config", None)), kv_cache_dtype=ctx.kv_cache_dtype, pointwise=ctx.pointwise,
         kv_pool_tokens=ctx.kv_pool_tokens)
     return eagle3_draft(draft_config, built.profile.model_type, draft_ctx, manager), draft_ctx
+
+
+def _mtp_decoder(built: Any, ctx: SimContext, manager: Any) -> SimDecoderLayer:
+    """A decoder layer of the target's last kind under the MTP layer's own plan
+    (``ctx.mtp_quant``; layers read the plan when built)."""
+    from infercast.build import Builders
+
+    builders, text, profile = Builders(manager), built.text_config, built.profile
+    model_type = profile.model_type
+    attention_kind, mlp_kind = builders.for_model("plan", model_type)(config=text, profile=profile)[-1]
+    index = text.num_hidden_layers - 1
+    decoder_quant, ctx.quant = ctx.quant, ctx.mtp_quant
+    try:
+        with torch.device("meta"):
+            attn = builders.get("attention", attention_kind, model_type)(ctx=ctx, config=text, index=index,
+                                                                         profile=profile)
+            mlp = builders.get("mlp", mlp_kind, model_type)(ctx=ctx, config=text, index=index, profile=profile)
+            return SimDecoderLayer(ctx, attn, mlp, text.hidden_size, index)
+    finally:
+        ctx.quant = decoder_quant
 
 
 def weight_bytes(module: nn.Module) -> int:

@@ -267,3 +267,17 @@ def test_plan_leaves_out_a_quantization_the_engine_cannot_serve_and_says_why() -
                for n in planner.spec_notes)
     with pytest.raises(InfercastError, match=r"sglang does not serve NVFP4 weights on H200"):
         Planner(replace(request, quantizations=("NVFP4",)))
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_fp8_on_ampere_runs_weight_only_through_marlin(engine) -> None:
+    """A100 has no FP8 tensor cores: vLLM and sglang run FP8 checkpoints through Marlin's FP8
+    weight-only kernels, bf16 activations and no quantize kernels, as an 8-bit weight-only GEMM."""
+    fp8 = _sim("meta-llama/Llama-3.1-8B-Instruct", device="A100", engine=engine, quantize_linear_action="FP8")
+    w8a16 = _sim("meta-llama/Llama-3.1-8B-Instruct", device="A100", engine=engine, quantize_linear_action="W8A16")
+    assert fp8.quantization.endswith("FP8 weight-only through Marlin on A100, which has no FP8 tensor cores)")
+    assert not any(r.name.startswith("quantize_activation") for r in fp8.ops)
+    assert fp8.step_latency_ms == pytest.approx(w8a16.step_latency_ms, rel=0.01)  # scales: per channel in both
+    with pytest.raises(InfercastError, match=r"trtllm does not serve FP8 weights on A100, which has no FP8 tensor "
+                                             r"cores \(TensorRT-LLM's support matrix"):
+        _sim("meta-llama/Llama-3.1-8B-Instruct", device="A100", engine="trtllm", quantize_linear_action="FP8")

@@ -108,10 +108,11 @@ def test_expert_parallelism_without_an_all_to_all_runs_local_experts_on_every_to
                for n in local.notes)
     vllm = sim(engine="vllm", **layout)
     assert "all_to_all" in op_names(vllm) and layer_records(vllm, "fused_moe")[0]["dispatch"] == "all_to_all"
-    # TensorRT-LLM on a built-in device, and sglang's FP8 experts before Hopper: no all-to-all either
+    # TensorRT-LLM on a built-in device, and sglang's FP8 experts before Hopper (on Marlin there): no
+    # all-to-all either
     for why, extra in (("trtllm runs no all-to-all MoE on H100", {"engine": "trtllm"}),
-                       ("sglang runs no all-to-all MoE before sm_90", {"device": "A100",
-                                                                      "quantize_linear_action": "FP8_BLOCK"})):
+                       ("sglang has no all-to-all MoE path for w8a16 experts and runs no all-to-all MoE before "
+                        "sm_90", {"device": "A100", "quantize_linear_action": "FP8_BLOCK"})):
         result = sim(**{**layout, **extra})
         assert "all_to_all" not in op_names(result) and any(why in n for n in result.notes)
     # TP attention: the tokens are on every rank already; attention's and the MoE's all-reduces sum them

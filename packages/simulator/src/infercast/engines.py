@@ -486,6 +486,9 @@ class Engine:
     nvfp4_needs_fp4_cores: str | None = None
     """Where the engine serves NVFP4 weights only on GPUs with FP4 tensor cores (sm_100 and
     later), its source; None: elsewhere it runs them through Marlin's FP4 weight-only kernels."""
+    fp8_needs_fp8_cores: str | None = None
+    """Where the engine serves FP8 weights only on GPUs with FP8 tensor cores (sm_89 and later),
+    its source; None: elsewhere (Ampere) it runs them through Marlin's FP8 weight-only kernels."""
     attention_writes_cache: bool = False
     """The engine's attention call stores the step's new keys and values (and, in TensorRT-LLM,
     applies RoPE) inside it, so the tables' attention rows include that write."""
@@ -785,6 +788,8 @@ register(Engine(
                  "mxfp4_w4a16": ("moe_torch_flow",), "nvfp4": ("cutlass", "trtllm")},
     nvfp4_needs_fp4_cores="TensorRT Model Optimizer's support matrix: FP4 weights and activations on Blackwell "
     "and later GPUs, deployed with TensorRT-LLM",
+    fp8_needs_fp8_cores="TensorRT-LLM's support matrix (0.18): Ampere (SM80, SM86) runs FP32, FP16, BF16, INT8 and "
+    "INT4; FP8 from Ada (SM89)",
     custom_all_reduce=True, decode_graph_max_batch=128, prefill_graphs=None,
     eager_launch=TORCH_EAGER,
     step=replace(SGLANG_STEP, source="assumed equal to sglang's (TensorRT-LLM also overlaps scheduling; its overlap "

@@ -68,28 +68,38 @@ def mtp_quant(config: Any, text: Any, action: str | None, profile: Any, engine: 
 
 
 def quant_on_device(quant: QuantPlan, engine: Any, device: Any) -> QuantPlan:
-    """``quant`` as the engine runs it on ``device``. NVFP4 without FP4 tensor cores: refused
-    where the engine has no other path, else (vLLM) run weight-only through Marlin's FP4 kernels
-    (``apply_fp4_marlin_linear``, ``fused_marlin_moe``): the same bytes, bf16 activations, priced
-    as Marlin's INT4 kernels (``w4a16``), which stream 4-bit weights the same way."""
-    if "fp4" in device.peak_flops_per_s:
-        return quant
+    """``quant`` as the engine runs it on ``device``. FP8 or NVFP4 weights on an NVIDIA GPU
+    without FP8 or FP4 tensor cores run weight-only through Marlin (vLLM's and sglang's
+    ``apply_fp8_marlin_linear``, vLLM's ``apply_fp4_marlin_linear`` and ``fused_marlin_moe``): the
+    same bytes, bf16 activations, no activation quantization, priced as Marlin's integer kernels
+    (``w8a16``, ``w4a16``), which stream weights of the same width. Where the engine has no such
+    path (:attr:`~infercast.engines.Engine.nvfp4_needs_fp4_cores`,
+    :attr:`~infercast.engines.Engine.fp8_needs_fp8_cores`), or the device is not NVIDIA's, it is refused."""
     roles = ("routed_experts", "dense", "attention_in", "attention_out")
-    if not any(getattr(quant, r) is not None and getattr(quant, r).kernel_dtype == "nvfp4" for r in roles):
+    lacking = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}
+    missing = sorted({lacking[s.kernel_dtype] for r in roles if (s := getattr(quant, r)) is not None
+                      and s.kernel_dtype in lacking and lacking[s.kernel_dtype] not in device.peak_flops_per_s})
+    if not missing:
         return quant
+    names = " and ".join({"fp8": "FP8", "fp4": "NVFP4"}[m] for m in missing)
     if device.cuda_arch is None:
-        raise InfercastError(f"NVFP4 weights need FP4 tensor cores or Marlin's CUDA kernels, and {device.name} has "
-                             "neither; use an NVIDIA device (B200 runs NVFP4 natively)")
-    if engine.nvfp4_needs_fp4_cores:
-        raise InfercastError(f"{engine.name} does not serve NVFP4 weights on {device.name}, which has no FP4 tensor "
-                             f"cores ({engine.nvfp4_needs_fp4_cores}); use a device with them (B200) or --engine "
-                             "vllm, which runs NVFP4 through Marlin's FP4 weight-only kernels")
+        raise InfercastError(f"{names} weights need {' and '.join(m.upper() for m in missing)} tensor cores or "
+                             f"Marlin's CUDA kernels, and {device.name} has neither; use an NVIDIA device")
+    for kind, refusal in (("fp4", engine.nvfp4_needs_fp4_cores), ("fp8", engine.fp8_needs_fp8_cores)):
+        if kind in missing and refusal:
+            label = {"fp8": "FP8", "fp4": "NVFP4"}[kind]
+            raise InfercastError(f"{engine.name} does not serve {label} weights on {device.name}, which has no "
+                                 f"{kind.upper()} tensor cores ({refusal}); use a device with them or --engine vllm, "
+                                 f"which runs {label} through Marlin's weight-only kernels")
 
     def marlin(s: QuantScheme | None) -> QuantScheme | None:
-        return replace(s, compute_dtype="bf16", dynamic_activation=False) if s and s.kernel_dtype == "nvfp4" else s
+        if s is None or lacking.get(s.kernel_dtype) not in missing:
+            return s
+        return replace(s, compute_dtype="bf16", dynamic_activation=False)
 
     return replace(quant, **{r: marlin(getattr(quant, r)) for r in roles},
-                   source=f"{quant.source}; weight-only through Marlin on {device.name}, which has no FP4 tensor cores")
+                   source=f"{quant.source}; {names} weight-only through Marlin on {device.name}, which has no "
+                          f"{' or '.join(m.upper() for m in missing)} tensor cores")
 
 
 def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:

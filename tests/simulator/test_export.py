@@ -11,7 +11,7 @@ import types
 import pytest
 import torch
 import torch_ir
-from infercast_adapters import InfercastError, ModelProfile, hookimpl
+from infercast_adapters import InfercastError, hookimpl
 from infercast_adapters.manager import AdapterManager
 from transformers import AutoModelForCausalLM, DynamicCache
 
@@ -280,12 +280,10 @@ def test_patches_are_restored_after_an_export(exported) -> None:
     ("bf16", f"Qwen2MoeRotaryEmbedding (module model.rotary_emb) {NO_VALUES}"),
 ])
 def test_a_family_without_export_patches_names_the_module_and_the_hook(tmp_path, dtype, says) -> None:
-    """qwen2_moe has a profile here but no adapter hands out class patches for it."""
-    profile_only = types.SimpleNamespace(infercast_register_profiles=hookimpl(lambda register: register(ModelProfile(
-        model_type="qwen2_moe", decoder_layer_class="Qwen2MoeDecoderLayer", attention_class="Qwen2MoeAttention",
-        moe_class="Qwen2MoeSparseMoeBlock", routed_experts_key="num_experts"))))
+    """qwen2_moe has a profile (the built-in plugin's) but no adapter hands out class patches for it."""
+    qwen2_moe = next(p for p in builtin_models.PROFILES if p.model_type == "qwen2_moe")
+    profile_only = types.SimpleNamespace(infercast_register_profiles=hookimpl(lambda register: register(qwen2_moe)))
     manager = AdapterManager()
-    manager.register(builtin_models, builtin_models.PLUGIN_NAME)
     manager.register(profile_only, "qwen2_moe_profile")
     path = tmp_path / "qwen2_moe.json"
     path.write_text(json.dumps(dict(_DENSE, model_type="qwen2_moe", num_experts=4, num_experts_per_tok=2,

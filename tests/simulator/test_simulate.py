@@ -276,6 +276,23 @@ def test_glm4_moe_prices_its_dense_first_layers_shared_expert_and_optional_query
     assert counts[True]["rms_norm (layers.*.self_attn.q_norm)"] == 46
 
 
+def test_qwen2_moe_prices_its_routed_and_shared_experts_at_its_published_size(tmp_path) -> None:
+    """Qwen1.5-MoE-A2.7B (14.3B published): every layer routes each token to 4 of 60 experts of
+    1,408 beside one shared expert of 5,632 (a sigmoid gate scales it)."""
+    a27b = dict(model_type="qwen2_moe", hidden_size=2048, intermediate_size=5632, moe_intermediate_size=1408,
+                shared_expert_intermediate_size=5632, num_experts=60, num_experts_per_tok=4, num_hidden_layers=24,
+                num_attention_heads=16, num_key_value_heads=16, vocab_size=151936, max_position_embeddings=8192,
+                decoder_sparse_step=1, norm_topk_prob=False, tie_word_embeddings=False)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(a27b))
+    result = sim(model=str(path), device="H100", num_devices=1, num_queries=8, decode=True, context_length=1000)
+    names = {row.name: row.count for row in result.ops}
+    assert result.parameters_billion == pytest.approx(14.32, abs=0.02)
+    assert names["fused_moe (layers.*.mlp)"] == 24 and names["gemm (layers.*.mlp.shared_experts.down_proj)"] == 24
+    (moe,) = layer_records(result, "fused_moe")[:1]
+    assert (moe["num_experts"], moe["top_k"]) == (60, 4)
+
+
 def test_deepseek_v2_lite_prices_mla_without_a_query_lora_and_its_published_size(tmp_path) -> None:
     """DeepSeek-V2-Lite (15.7B published): MLA whose queries skip the LoRA (one q_proj), a dense
     first layer, then 64 routed experts (top-6) beside two shared ones."""

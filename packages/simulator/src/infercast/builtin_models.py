@@ -38,6 +38,15 @@ PROFILES = (
         routed_experts_key="num_experts",
         attention_qk_norm=True,
     ),
+    # Qwen1.5-MoE and Qwen2-57B-A14B: Qwen2's attention (QKV bias, its cost not priced), softmax top-k
+    # over the routed experts and one shared expert, which a sigmoid gate scales (one row, not priced)
+    ModelProfile(
+        model_type="qwen2_moe",
+        decoder_layer_class="Qwen2MoeDecoderLayer",
+        attention_class="Qwen2MoeAttention",
+        moe_class="Qwen2MoeSparseMoeBlock",
+        routed_experts_key="num_experts",
+    ),
     ModelProfile(
         model_type="mixtral",
         decoder_layer_class="MixtralDecoderLayer",

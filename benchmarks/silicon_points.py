@@ -175,7 +175,9 @@ class Recipe:
     """--max-running-requests / --max-num-seqs; None: the clients."""
     recv_interval: int = 1
     """sglang's --scheduler-recv-interval."""
-    kv_cache_dtype: str = "bf16"
+    kv_cache_dtype: str = "auto"
+    """The recipe's --kv-cache-dtype; ``auto`` (the engines' default): the checkpoint's, FP8 where it
+    states an FP8 KV cache (NVIDIA's MiniMax-M2.5 and Kimi-K2.5 NVFP4 checkpoints do), else bf16."""
     moe_kernel: str = "auto"
     """The fused-MoE kernel the launch selects (``--moe-kernel``); ``auto``: the engine's default."""
     all_reduce_fusion: str | None = None

@@ -44,7 +44,7 @@ def test_a_modelopt_checkpoint_is_read_from_its_hf_quant_config(tmp_path) -> Non
     BF16 they would hold twice the bytes."""
     bf16 = _sim(_model_dir(tmp_path, "bf16", DENSE))
     fp8 = _sim(_model_dir(tmp_path, "fp8", DENSE, MODELOPT_FP8))
-    assert fp8.quantization.startswith("FP8 (checkpoint modelopt FP8; its FP8 KV cache applies with --kv-cache-dtype")
+    assert fp8.quantization.startswith("FP8 (checkpoint modelopt FP8, FP8 KV cache")
     embeddings = 2 * 128256 * 8192 * 2 / 2**30  # the embedding and the head stay 16-bit
     ratio = (fp8.memory_gib["weights"] - embeddings) / (bf16.memory_gib["weights"] - embeddings)
     assert ratio == pytest.approx(0.5, rel=0.01)  # a byte a weight (and one FP32 scale a row) against two
@@ -281,3 +281,20 @@ def test_fp8_on_ampere_runs_weight_only_through_marlin(engine) -> None:
     with pytest.raises(InfercastError, match=r"trtllm does not serve FP8 weights on A100, which has no FP8 tensor "
                                              r"cores \(TensorRT-LLM's support matrix"):
         _sim("meta-llama/Llama-3.1-8B-Instruct", device="A100", engine="trtllm", quantize_linear_action="FP8")
+
+
+def test_a_checkpoint_stating_an_fp8_kv_cache_gets_one_unless_asked_otherwise(tmp_path) -> None:
+    """ModelOpt's kv_cache_quant_algo FP8: vLLM, sglang and TensorRT-LLM, their KV cache dtype left
+    at auto, store the cache in FP8, half the bytes of a token."""
+    from infercast.quant import checkpoint_kv_cache_dtype
+
+    model = _model_dir(tmp_path, "fp8", DENSE, MODELOPT_FP8)
+    auto, bf16 = _sim(model), _sim(model, kv_cache_dtype="bf16")
+    assert auto.kv_cache_dtype == "float8_e4m3fn" and bf16.kv_cache_dtype == "bfloat16"
+    assert auto.memory_gib["kv_cache"] == pytest.approx(bf16.memory_gib["kv_cache"] / 2)
+    # a quantization action replaces the checkpoint's, its KV cache too
+    assert _sim(model, quantize_linear_action="FP8").kv_cache_dtype == "bfloat16"
+    assert checkpoint_kv_cache_dtype({"quant_method": "compressed-tensors",
+                                      "kv_cache_scheme": {"num_bits": 8, "type": "float"}}) == "fp8"
+    assert checkpoint_kv_cache_dtype({"quant_method": "fp8", "weight_block_size": [128, 128]}) is None
+    assert _sim(_model_dir(tmp_path, "nvfp4", DENSE, MODELOPT_NVFP4)).kv_cache_dtype == "bfloat16"

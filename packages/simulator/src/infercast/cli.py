@@ -603,7 +603,8 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated --quantize-linear-action choices to sweep (default: the checkpoint's)")
     p.add_argument("--batch-sizes", default=",".join(map(str, (1, 2, 4, 8, 16, 32, 64, 128, 256, 512))),
                    help="concurrent requests to sweep (default 1,2,4,...,512)")
-    p.add_argument("--kv-cache-dtype", default="bf16", help="bf16 (default), fp16 or fp8")
+    p.add_argument("--kv-cache-dtype", default="auto", help="auto (default: FP8 where the checkpoint states an FP8 "
+                   "KV cache, as engines read it; else bf16), bf16, fp16 or fp8")
     p.add_argument("--num-mtp-tokens", type=_int, default=0,
                    help="sweep MTP with this many draft steps only (the family's own MTP layers)")
     p.add_argument("--speculative-grid", default=None,

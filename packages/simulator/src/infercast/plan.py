@@ -47,6 +47,7 @@ from infercast.simulate import (
     _resolve_quant,
     mtp_quant,
     quant_on_device,
+    resolve_kv_cache_dtype,
     resolve_profile,
     routed_experts,
     speculative_request,
@@ -129,7 +130,7 @@ class PlanRequest:
     tpot_slo_ms: float | None = None
     quantizations: tuple[str | None, ...] = (None,)
     batches: tuple[int, ...] = DEFAULT_BATCHES
-    kv_cache_dtype: str = "bf16"
+    kv_cache_dtype: str = "auto"
     speculative: UserInput | tuple[UserInput, ...] | None = None
     """Speculative setups (algorithm, draft, acceptance), each swept over ``spec_grid``; None:
     the model family's own options that its adapter offers for sweeping (``SpecOption.default``),
@@ -335,7 +336,7 @@ class Planner:
             ctx = SimContext(parallel=parallel, workload=Workload(1, 1, 0, True), quant=plan,
                              mtp_quant=mtp_quant(self.config, self.text, quant, self.profile, self.costs.engine,
                                                  self.device, None, plan),
-                             kv_cache_dtype=KV_DTYPES[self.request.kv_cache_dtype],
+                             kv_cache_dtype=KV_DTYPES[self.kv_cache_dtype(quant)],
                              expert_imbalance=self.request.expert_imbalance, memory=self.memory,
                              pointwise=self.costs.engine.pointwise, sliding_kv=self.costs.engine.sliding_kv,
                              fp32_router=self.costs.engine.fp32_router,
@@ -443,6 +444,11 @@ class Planner:
         if not kept:
             raise InfercastError(f"no --quantization choice can be served: {'; '.join(self.spec_notes)}")
         return tuple(kept)
+
+    def kv_cache_dtype(self, quant: str | None) -> str:
+        """The KV cache dtype under quantization ``quant`` (``--kv-cache-dtype auto``: the
+        checkpoint's, :func:`~infercast.simulate.resolve_kv_cache_dtype`)."""
+        return resolve_kv_cache_dtype(self.request.kv_cache_dtype, self.config, self.text, quant)
 
     def expert_dtype(self, quant: str | None) -> str:
         """The routed experts' kernel dtype under quantization ``quant`` (None: the checkpoint's)."""
@@ -616,7 +622,7 @@ class Planner:
                          f"(the options the model family's adapter offers; --no-speculative turns it off)")
         for label, spec in self.spec_requests.items():
             notes.append(f"acceptance of {label}: {spec.acceptance}")
-        cast_why = pool_cast_why(self.costs, KV_DTYPES[self.request.kv_cache_dtype],
+        cast_why = pool_cast_why(self.costs, KV_DTYPES[self.kv_cache_dtype(self.quantizations[0])],
                                  bool(getattr(self.text, "kv_lora_rank", None)))
         if cast_why:
             notes.append(f"FP8 KV pool cast, priced at each layout's pool: {cast_why}")

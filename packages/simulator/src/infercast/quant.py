@@ -296,7 +296,7 @@ def _modelopt(q: dict, profile: Any, layer: int) -> QuantPlan:
                              f"{group!r}")
     excluded = _names(inner.get("exclude_modules", inner.get("ignore")), "ModelOpt exclude_modules")
     kv = inner.get("kv_cache_quant_algo")
-    note = f"; its {kv} KV cache applies with --kv-cache-dtype fp8" if isinstance(kv, str) and kv else ""
+    note = f", {kv} KV cache" if isinstance(kv, str) and kv else ""
     return _role_plan(SCHEMES[MODELOPT_ALGOS[algo]], lambda name: _modelopt_excludes(excluded, name), profile,
                       layer, f"checkpoint modelopt {algo}{note}")
 
@@ -348,6 +348,25 @@ def _integer_groups(q: dict, method: str, profile: Any) -> QuantPlan:
     dense = BF16 if any(m and m in attention for m in kept) else quantized
     per = "channel" if group == -1 else f"group {group}"
     return QuantPlan(quantized, dense, source=f"checkpoint {method} int{bits} {per}")
+
+
+def checkpoint_kv_cache_dtype(quantization_config: Any) -> str | None:
+    """``fp8`` where a checkpoint's quantization_config states an FP8 KV cache: ModelOpt's
+    ``kv_cache_quant_algo`` (in ``hf_quant_config.json`` or config.json) or a ``kv_cache_scheme`` of
+    8-bit floats (ModelOpt's and compressed-tensors' config.json); else None. With their KV cache
+    dtype left at ``auto``, vLLM (``resolve_kv_cache_dtype_string``), sglang
+    (``ModelRunner.configure_kv_cache_dtype``) and TensorRT-LLM take it."""
+    q = quantization_config if isinstance(quantization_config, dict) else getattr(quantization_config, "to_dict",
+                                                                                  lambda: None)()
+    if not isinstance(q, dict):
+        return None
+    inner = q.get("quantization") if isinstance(q.get("quantization"), dict) else {}
+    for value in (inner.get("kv_cache_quant_algo"), q.get("kv_cache_quant_algo"), q.get("kv_cache_scheme")):
+        if isinstance(value, str) and value.upper() == "FP8":
+            return "fp8"
+        if isinstance(value, dict) and value.get("num_bits") == 8 and value.get("type") == "float":
+            return "fp8"
+    return None
 
 
 def plan_from_action(action: str) -> QuantPlan:

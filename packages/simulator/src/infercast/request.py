@@ -116,7 +116,9 @@ class UserInput:
     quantize_linear_action: str | None = opt(None, f"one of {', '.join(QUANT_ACTIONS)} (default: the checkpoint's "
                                              "quantization_config)", NUM, choices=QUANT_ACTIONS, metavar="ACTION",
                                              upper=True)
-    kv_cache_dtype: str = opt("bf16", "bf16 (default), fp16 or fp8", NUM, choices=KV_CACHE_DTYPES)
+    kv_cache_dtype: str = opt("auto", "auto (default: FP8 where the checkpoint's quantization_config states an FP8 KV "
+                              "cache, as ModelOpt's do and engines read it; else bf16), bf16, fp16 or fp8", NUM,
+                              choices=KV_CACHE_DTYPES)
     num_hidden_layers_override: int | None = opt(None, f"simulate only this many layers (at most {MAX_LAYERS})", NUM,
                                                  kind=int, minimum=1, maximum=MAX_LAYERS)
     trace_every_layer: bool = opt(False, "trace every layer instead of one per distinct shape", OUT, kind=bool)

@@ -36,7 +36,13 @@ from infercast.pricing import (
     scattered_attention_input,
     standard_dispatch_reason,
 )
-from infercast.quant import QuantPlan, QuantScheme, plan_from_action, plan_from_checkpoint
+from infercast.quant import (
+    QuantPlan,
+    QuantScheme,
+    checkpoint_kv_cache_dtype,
+    plan_from_action,
+    plan_from_checkpoint,
+)
 from infercast.request import DEFAULT_DECODE_CONTEXT, DEFAULT_DEVICE, UserInput, check
 from infercast.serving import default_chunk
 from infercast.results import OpRow, SimResult
@@ -54,6 +60,18 @@ def _resolve_quant(config: Any, text: Any, action: str | None, profile: Any, lay
         return plan_from_action(action)
     q = getattr(text, "quantization_config", None) or getattr(config, "quantization_config", None)
     return plan_from_checkpoint(q, profile, layers or getattr(text, "num_hidden_layers", 2))
+
+
+def resolve_kv_cache_dtype(asked: str, config: Any, text: Any, action: str | None) -> str:
+    """The KV cache dtype ``asked`` names; ``auto``: the checkpoint's (FP8 where its
+    quantization_config states it, :func:`~infercast.quant.checkpoint_kv_cache_dtype`; not with a
+    quantization action, which replaces the checkpoint's), else bf16."""
+    if asked != "auto":
+        return asked
+    if action:
+        return "bf16"
+    q = getattr(text, "quantization_config", None) or getattr(config, "quantization_config", None)
+    return checkpoint_kv_cache_dtype(q) or "bf16"
 
 
 def mtp_quant(config: Any, text: Any, action: str | None, profile: Any, engine: Any, device: Any,
@@ -143,7 +161,8 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     ctx = SimContext(parallel=parallel, workload=Workload(user.num_queries, query_length, context, decode), quant=quant,
                      mtp_quant=mtp_quant(config, text, user.quantize_linear_action, profile, model.engine, device,
                                          depth, quant),
-                     kv_cache_dtype=KV_DTYPES[user.kv_cache_dtype],
+                     kv_cache_dtype=KV_DTYPES[resolve_kv_cache_dtype(user.kv_cache_dtype, config, text,
+                                                                     user.quantize_linear_action)],
                      expert_imbalance=check_distribution(user.expert_imbalance),
                      memory=MemoryLimits.asked(user.mem_fraction_static, user.max_total_tokens))
     ctx.pointwise = model.engine.pointwise

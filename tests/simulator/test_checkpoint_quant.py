@@ -294,7 +294,35 @@ def test_a_checkpoint_stating_an_fp8_kv_cache_gets_one_unless_asked_otherwise(tm
     assert auto.memory_gib["kv_cache"] == pytest.approx(bf16.memory_gib["kv_cache"] / 2)
     # a quantization action replaces the checkpoint's, its KV cache too
     assert _sim(model, quantize_linear_action="FP8").kv_cache_dtype == "bfloat16"
+    assert checkpoint_kv_cache_dtype({"quant_method": "modelopt", "quant_algo": "NVFP4",  # config.json's form
+                                      "kv_cache_scheme": {"num_bits": 8, "type": "float", "dynamic": False}}) == "fp8"
+    # vLLM and sglang read a compressed-tensors kv_cache_scheme only when asked for fp8
     assert checkpoint_kv_cache_dtype({"quant_method": "compressed-tensors",
-                                      "kv_cache_scheme": {"num_bits": 8, "type": "float"}}) == "fp8"
+                                      "kv_cache_scheme": {"num_bits": 8, "type": "float", "dynamic": False}}) is None
     assert checkpoint_kv_cache_dtype({"quant_method": "fp8", "weight_block_size": [128, 128]}) is None
     assert _sim(_model_dir(tmp_path, "nvfp4", DENSE, MODELOPT_NVFP4)).kv_cache_dtype == "bfloat16"
+
+
+def test_launch_commands_pass_an_asked_kv_cache_dtype_and_leave_auto_to_the_engine() -> None:
+    """An engine's own auto reads the checkpoint's KV quantization: a bf16 cache asked for a
+    checkpoint that states FP8 must be named (sglang: bf16, vLLM: bfloat16)."""
+    from infercast.plan import Config, Layout, PlanRequest, sglang_command, vllm_command
+
+    config = Config(Layout(8, 8, 1, 1), None, 16, None)
+    for asked, sglang, vllm in (("auto", None, None), ("bf16", "bf16", "bfloat16"), ("fp8", "fp8_e4m3", "fp8")):
+        request = PlanRequest(model="nvidia/Llama-3.1-70B-Instruct-FP8", device="H200", kv_cache_dtype=asked)
+        for cmd, want in ((sglang_command(request, config, 8, expert_dtype="fp8", cuda_arch=90), sglang),
+                          (vllm_command(request, config), vllm)):
+            given = cmd[cmd.index("--kv-cache-dtype") + 1] if "--kv-cache-dtype" in cmd else None
+            assert given == want
+
+
+def test_fp8_weights_off_nvidia_keep_the_bf16_rate_nvfp4_is_refused() -> None:
+    """Ascend has no FP8 tensor cores and no Marlin: DeepSeek-V3's FP8 blocks are priced at its
+    bf16 rate, as before; NVFP4 has no kernel there at all."""
+    result = _sim("deepseek-ai/DeepSeek-V3", device="ATLAS_800_A3_752T_128G_DIE", num_devices=16,
+                  num_hidden_layers_override=4)
+    assert result.quantization.startswith("FP8_BLOCK (checkpoint fp8 128x128 blocks)")
+    with pytest.raises(InfercastError, match=r"NVFP4 weights need FP4 tensor cores or Marlin's CUDA kernels"):
+        _sim("deepseek-ai/DeepSeek-V3", device="ATLAS_800_A3_752T_128G_DIE", num_devices=16,
+             num_hidden_layers_override=4, quantize_linear_action="NVFP4")

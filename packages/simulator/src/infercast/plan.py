@@ -747,7 +747,7 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
     if nodes > 1:
         cmd += ["--nnodes", str(nodes), "--node-rank", "0", "--dist-init-addr", "MASTER_IP:5000"]
     cmd += quantization_flags("sglang", config.quantization)[0]
-    if request.kv_cache_dtype not in ("bf16", "auto"):
+    if request.kv_cache_dtype != "auto":  # auto: the checkpoint's, as sglang's own default reads it
         cmd += ["--kv-cache-dtype", "fp8_e4m3" if request.kv_cache_dtype == "fp8" else request.kv_cache_dtype]
     cmd += ["--max-running-requests", str(config.batch)]
     fraction = request.mem_fraction_static if request.mem_fraction_static is not None else mem_fraction
@@ -936,8 +936,9 @@ def vllm_command(request: PlanRequest, config: Config, spec: Any = None,
         backend = "allgather_reducescatter" if request.moe_all_to_all == "off" else all2all
         cmd += ["--enable-expert-parallel"] + (["--all2all-backend", backend] if layout.dp > 1 else [])
     cmd += quantization_flags("vllm", config.quantization)[0]
-    if request.kv_cache_dtype not in ("bf16", "auto"):
-        cmd += ["--kv-cache-dtype", "fp8" if request.kv_cache_dtype.startswith("fp8") else request.kv_cache_dtype]
+    if request.kv_cache_dtype != "auto":  # auto: the checkpoint's, as vLLM's own default reads it
+        cmd += ["--kv-cache-dtype", "fp8" if request.kv_cache_dtype.startswith("fp8") else
+                {"bf16": "bfloat16"}.get(request.kv_cache_dtype, request.kv_cache_dtype)]
     # each vLLM DP rank is an engine of its own, with its own scheduler: its share of the running
     # requests and of the chunk (sglang's --max-running-requests and chunk are the instance's)
     cmd += ["--max-num-seqs", str(-(-config.batch // layout.dp))]

@@ -351,20 +351,26 @@ def _integer_groups(q: dict, method: str, profile: Any) -> QuantPlan:
 
 
 def checkpoint_kv_cache_dtype(quantization_config: Any) -> str | None:
-    """``fp8`` where a checkpoint's quantization_config states an FP8 KV cache: ModelOpt's
-    ``kv_cache_quant_algo`` (in ``hf_quant_config.json`` or config.json) or a ``kv_cache_scheme`` of
-    8-bit floats (ModelOpt's and compressed-tensors' config.json); else None. With their KV cache
-    dtype left at ``auto``, vLLM (``resolve_kv_cache_dtype_string``), sglang
-    (``ModelRunner.configure_kv_cache_dtype``) and TensorRT-LLM take it."""
+    """``fp8`` where a ModelOpt checkpoint states an FP8 KV cache: ``kv_cache_quant_algo`` FP8 (in
+    ``hf_quant_config.json`` or config.json) or a static ``kv_cache_scheme`` of 8-bit floats; else
+    None. With their KV cache dtype left at ``auto``, vLLM (``get_kv_cache_quant_algo_string``,
+    ModelOpt checkpoints only), sglang (``ModelRunner.configure_kv_cache_dtype``) and TensorRT-LLM
+    take it."""
     q = quantization_config if isinstance(quantization_config, dict) else getattr(quantization_config, "to_dict",
                                                                                   lambda: None)()
     if not isinstance(q, dict):
+        return None
+    producer = q.get("producer")
+    modelopt = str(q.get("quant_method") or "").startswith("modelopt") or (
+        isinstance(producer, dict) and producer.get("name") == "modelopt")
+    if not modelopt:
         return None
     inner = q.get("quantization") if isinstance(q.get("quantization"), dict) else {}
     for value in (inner.get("kv_cache_quant_algo"), q.get("kv_cache_quant_algo"), q.get("kv_cache_scheme")):
         if isinstance(value, str) and value.upper() == "FP8":
             return "fp8"
-        if isinstance(value, dict) and value.get("num_bits") == 8 and value.get("type") == "float":
+        if isinstance(value, dict) and (value.get("num_bits"), value.get("type"), value.get("dynamic")) == (
+                8, "float", False):
             return "fp8"
     return None
 

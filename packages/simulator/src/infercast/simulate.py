@@ -92,13 +92,16 @@ def quant_on_device(quant: QuantPlan, engine: Any, device: Any) -> QuantPlan:
     same bytes, bf16 activations, no activation quantization, priced as Marlin's integer kernels
     (``w8a16``, ``w4a16``), which stream weights of the same width. Where the engine has no such
     path (:attr:`~infercast.engines.Engine.nvfp4_needs_fp4_cores`,
-    :attr:`~infercast.engines.Engine.fp8_needs_fp8_cores`), or the device is not NVIDIA's, it is refused."""
+    :attr:`~infercast.engines.Engine.fp8_needs_fp8_cores`) it is refused. Off NVIDIA, FP8 stays
+    priced at the device's bf16 rate (a dequantising kernel) and NVFP4 is refused."""
     roles = ("routed_experts", "dense", "attention_in", "attention_out")
     lacking = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}
     missing = sorted({lacking[s.kernel_dtype] for r in roles if (s := getattr(quant, r)) is not None
                       and s.kernel_dtype in lacking and lacking[s.kernel_dtype] not in device.peak_flops_per_s})
     if not missing:
         return quant
+    if device.cuda_arch is None and "fp4" not in missing:
+        return quant  # FP8 elsewhere (Ascend): priced at the bf16 rate, as a dequantising kernel runs it
     names = " and ".join({"fp8": "FP8", "fp4": "NVFP4"}[m] for m in missing)
     if device.cuda_arch is None:
         raise InfercastError(f"{names} weights need {' and '.join(m.upper() for m in missing)} tensor cores or "
@@ -106,9 +109,10 @@ def quant_on_device(quant: QuantPlan, engine: Any, device: Any) -> QuantPlan:
     for kind, refusal in (("fp4", engine.nvfp4_needs_fp4_cores), ("fp8", engine.fp8_needs_fp8_cores)):
         if kind in missing and refusal:
             label = {"fp8": "FP8", "fp4": "NVFP4"}[kind]
+            example = "B200" if kind == "fp4" else "H100"
             raise InfercastError(f"{engine.name} does not serve {label} weights on {device.name}, which has no "
-                                 f"{kind.upper()} tensor cores ({refusal}); use a device with them or --engine vllm, "
-                                 f"which runs {label} through Marlin's weight-only kernels")
+                                 f"{kind.upper()} tensor cores ({refusal}); use a device with them ({example}) or "
+                                 f"--engine vllm, which runs {label} through Marlin's weight-only kernels")
 
     def marlin(s: QuantScheme | None) -> QuantScheme | None:
         if s is None or lacking.get(s.kernel_dtype) not in missing:

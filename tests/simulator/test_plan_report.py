@@ -118,6 +118,7 @@ def test_the_page_holds_hover_commands_and_says_when_one_mode_is_planned(planned
     assert (f"{len(result.configs)} aggregated configurations, {len(fits)} fit, "
             f"{sum(c.meets_slo for c in fits)} also meet the targets") in page
     assert "--max-running-requests" in page and "launch_server" in page
+    assert "KV cache auto (bf16)." in page  # the default, resolved: the checkpoint states no FP8 cache
     assert f"fits, speculative ({sum(c.fits and c.spec is not None for c in result.configs)})" in page
     assert f"Pareto frontier (fits and meets the targets) ({len(result.frontier)})" in page
 

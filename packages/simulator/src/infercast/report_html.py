@@ -408,13 +408,16 @@ def render(result: Any, planner: Any, found: Breakdown | None = None, why_none: 
             texts[id(config)] = _hover(config, r, planner)
         return texts[id(config)]
 
+    kv = r.kv_cache_dtype
+    if kv == "auto" and hasattr(planner, "kv_cache_dtype"):  # what auto resolved to, for the first quantization
+        kv = f"auto ({planner.kv_cache_dtype(planner.quantizations[0])})"
     parts = [f"<h1>infercast plan: {html.escape(r.model)} on {html.escape(r.device)}</h1>"]
     slo = ", ".join(f"{name} &le; {v:g} ms" for name, v in (("TTFT", r.ttft_slo_ms), ("TPOT", r.tpot_slo_ms)) if v)
     rate = result.evaluated / max(result.sweep_s, 1e-9) * 60
     parts.append(
         f"<p>{html.escape(', '.join(map(str, r.num_devices)))} devices; input {r.input_length}, output "
         f"{r.output_length} tokens; {slo or 'no latency targets'}; engine {html.escape(r.engine)}"
-        f"{' ' + html.escape(r.engine_version) if r.engine_version else ''}; KV cache {html.escape(r.kv_cache_dtype)}."
+        f"{' ' + html.escape(r.engine_version) if r.engine_version else ''}; KV cache {html.escape(kv)}."
         f"<br>{result.evaluated} configurations in {result.sweep_s:.2f} s ({rate:,.0f} per minute; {result.traces} "
         f"forwards traced): {'; '.join(_counts(result))}.</p>")
     if result.execution:

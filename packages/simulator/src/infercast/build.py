@@ -68,6 +68,16 @@ class Builders:
             )
         return builder
 
+    def decoder_layer(self, kinds: tuple[str, str], ctx: SimContext, text: Any, index: int,
+                      profile: ModelProfile) -> SimDecoderLayer:
+        """Decoder layer ``index`` of the (attention kind, MLP kind) ``kinds``, built under ``ctx``
+        (on the meta device when the caller is)."""
+        attention_kind, mlp_kind = kinds
+        attn = self.get("attention", attention_kind, profile.model_type)(ctx=ctx, config=text, index=index,
+                                                                         profile=profile)
+        mlp = self.get("mlp", mlp_kind, profile.model_type)(ctx=ctx, config=text, index=index, profile=profile)
+        return SimDecoderLayer(ctx, attn, mlp, text.hidden_size, index)
+
     def for_model(self, role: str, model_type: str) -> Callable[..., Any] | None:
         """The builder registered for ``model_type``, else the ``default`` one."""
         return self.find(role, model_type) or self.find(role, "default")
@@ -85,11 +95,8 @@ def build(config: Any, profile: ModelProfile, ctx: SimContext, manager: AdapterM
     hidden = text.hidden_size
     layers = []
     with torch.device("meta"):
-        for index, (attention_kind, mlp_kind) in enumerate(plan):
-            attn = builders.get("attention", attention_kind, model_type)(ctx=ctx, config=text, index=index,
-                                                                         profile=profile)
-            mlp = builders.get("mlp", mlp_kind, model_type)(ctx=ctx, config=text, index=index, profile=profile)
-            layers.append(SimDecoderLayer(ctx, attn, mlp, hidden, index))
+        for index, kinds in enumerate(plan):
+            layers.append(builders.decoder_layer(kinds, ctx, text, index, profile))
         embed = builders.for_model("embedding", model_type)(ctx=ctx, config=text, profile=profile)
         head = builders.for_model("head", model_type)(ctx=ctx, config=text, profile=profile)
         tied = getattr(text, "tie_word_embeddings", False)

@@ -358,7 +358,8 @@ def aiconfigurator_models(served: Callable[[str], bool]) -> list[dict[str, str]]
     """The configs aiconfigurator-core ships whose model_type ``served`` accepts: hub id,
     model_type and the checkpoint's quantization as its config states it."""
     from infercast.kernels.aiconfigurator import model_configs
-    from infercast_adapters.config import _read_json
+    from infercast.quant import checkpoint_quantization
+    from infercast_adapters.config import _read_json, with_modelopt_quantization
 
     rows = []
     for ref, config, quant in model_configs().values():
@@ -366,13 +367,10 @@ def aiconfigurator_models(served: Callable[[str], bool]) -> list[dict[str, str]]
         model_type = values.get("model_type")
         if not isinstance(model_type, str) or not served(model_type):
             continue
-        q = values.get("quantization_config") or (values.get("text_config") or {}).get("quantization_config") or {}
-        if quant is not None and not q:
-            q = {"quant_method": "modelopt", **(_read_json(quant).get("quantization") or {})}
-        method = q.get("quant_method", "modelopt" if q.get("quant_algo") else "") if isinstance(q, dict) else ""
-        algo = q.get("quant_algo") if isinstance(q, dict) else None
-        rows.append({"ref": ref, "model_type": model_type,
-                     "quantization": f"{method} {algo}" if algo else (method or "bf16")})
+        if quant is not None:
+            values = with_modelopt_quantization(values, quant)
+        q = values.get("quantization_config") or (values.get("text_config") or {}).get("quantization_config")
+        rows.append({"ref": ref, "model_type": model_type, "quantization": checkpoint_quantization(q)})
     return rows
 
 

@@ -155,6 +155,37 @@ def _matches(patterns: list[str], name: str) -> bool:
     return False
 
 
+def _as_mapping(quantization_config: Any) -> dict | None:
+    """A quantization_config as a dict (transformers' config objects through ``to_dict``); None
+    when it is not a mapping."""
+    if isinstance(quantization_config, dict):
+        return quantization_config
+    q = getattr(quantization_config, "to_dict", lambda: None)()
+    return q if isinstance(q, dict) else None
+
+
+def _method(q: dict) -> Any:
+    """The checkpoint's quant_method, ``modelopt`` for any of ModelOpt's (``modelopt_fp4``, and its
+    own config.json entry, which names its producer instead of a method)."""
+    method, producer = q.get("quant_method"), q.get("producer")
+    if isinstance(method, str) and method.startswith("modelopt"):
+        return "modelopt"
+    if method is None and isinstance(producer, dict) and producer.get("name") == "modelopt":
+        return "modelopt"
+    return method
+
+
+def checkpoint_quantization(quantization_config: Any) -> str:
+    """A short name of a checkpoint's quantization as its config states it: its method, and for
+    ModelOpt its algorithm (``modelopt NVFP4``); ``bf16`` without one."""
+    q = _as_mapping(quantization_config) if quantization_config else None
+    if not q:
+        return "bf16"
+    method, inner = _method(q), q.get("quantization", q)
+    algo = inner.get("quant_algo") if isinstance(inner, dict) else None
+    return f"{method} {algo}" if method == "modelopt" and algo else str(method or "unnamed")
+
+
 def plan_from_checkpoint(quantization_config: Any, profile: Any = None, layers: int = 2) -> QuantPlan:
     """The plan a checkpoint's ``quantization_config`` describes (BF16 when there is none).
 
@@ -168,15 +199,11 @@ def plan_from_checkpoint(quantization_config: Any, profile: Any = None, layers: 
     """
     if not quantization_config:
         return QuantPlan(BF16, BF16, source="bf16 checkpoint")
-    q = quantization_config if isinstance(quantization_config, dict) else getattr(quantization_config, "to_dict",
-                                                                                  lambda: None)()
-    if not isinstance(q, dict):
+    q = _as_mapping(quantization_config)
+    if q is None:
         raise InfercastError(f"the checkpoint's quantization_config is {type(quantization_config).__name__} "
                              f"{quantization_config!r}, not a mapping; fix the config or pass --quantize-linear-action")
-    method = q.get("quant_method")
-    producer = q.get("producer")
-    if method is None and isinstance(producer, dict) and producer.get("name") == "modelopt":
-        method = "modelopt"  # ModelOpt's own config.json entry names its producer, not a method
+    method = _method(q)
     layer = max(int(layers) - 1, 0) if isinstance(layers, int) and not isinstance(layers, bool) else 1
     if method == "fp8":
         block = q.get("weight_block_size")
@@ -356,14 +383,8 @@ def checkpoint_kv_cache_dtype(quantization_config: Any) -> str | None:
     None. With their KV cache dtype left at ``auto``, vLLM (``get_kv_cache_quant_algo_string``,
     ModelOpt checkpoints only), sglang (``ModelRunner.configure_kv_cache_dtype``) and TensorRT-LLM
     take it."""
-    q = quantization_config if isinstance(quantization_config, dict) else getattr(quantization_config, "to_dict",
-                                                                                  lambda: None)()
-    if not isinstance(q, dict):
-        return None
-    producer = q.get("producer")
-    modelopt = str(q.get("quant_method") or "").startswith("modelopt") or (
-        isinstance(producer, dict) and producer.get("name") == "modelopt")
-    if not modelopt:
+    q = _as_mapping(quantization_config)
+    if q is None or _method(q) != "modelopt":
         return None
     inner = q.get("quantization") if isinstance(q.get("quantization"), dict) else {}
     for value in (inner.get("kv_cache_quant_algo"), q.get("kv_cache_quant_algo"), q.get("kv_cache_scheme")):

@@ -58,8 +58,13 @@ def _resolve_quant(config: Any, text: Any, action: str | None, profile: Any, lay
     them)."""
     if action:
         return plan_from_action(action)
-    q = getattr(text, "quantization_config", None) or getattr(config, "quantization_config", None)
-    return plan_from_checkpoint(q, profile, layers or getattr(text, "num_hidden_layers", 2))
+    return plan_from_checkpoint(_checkpoint_quantization(config, text), profile,
+                                layers or getattr(text, "num_hidden_layers", 2))
+
+
+def _checkpoint_quantization(config: Any, text: Any) -> Any:
+    """The checkpoint's quantization_config: the text model's, else the whole model's."""
+    return getattr(text, "quantization_config", None) or getattr(config, "quantization_config", None)
 
 
 def resolve_kv_cache_dtype(asked: str, config: Any, text: Any, action: str | None) -> str:
@@ -70,8 +75,7 @@ def resolve_kv_cache_dtype(asked: str, config: Any, text: Any, action: str | Non
         return asked
     if action:
         return "bf16"
-    q = getattr(text, "quantization_config", None) or getattr(config, "quantization_config", None)
-    return checkpoint_kv_cache_dtype(q) or "bf16"
+    return checkpoint_kv_cache_dtype(_checkpoint_quantization(config, text)) or "bf16"
 
 
 def mtp_quant(config: Any, text: Any, action: str | None, profile: Any, engine: Any, device: Any,
@@ -96,19 +100,20 @@ def quant_on_device(quant: QuantPlan, engine: Any, device: Any) -> QuantPlan:
     priced at the device's bf16 rate (a dequantising kernel) and NVFP4 is refused."""
     roles = ("routed_experts", "dense", "attention_in", "attention_out")
     lacking = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}
+    labels = {"fp8": "FP8", "fp4": "NVFP4"}
     missing = sorted({lacking[s.kernel_dtype] for r in roles if (s := getattr(quant, r)) is not None
                       and s.kernel_dtype in lacking and lacking[s.kernel_dtype] not in device.peak_flops_per_s})
     if not missing:
         return quant
     if device.cuda_arch is None and "fp4" not in missing:
         return quant  # FP8 elsewhere (Ascend): priced at the bf16 rate, as a dequantising kernel runs it
-    names = " and ".join({"fp8": "FP8", "fp4": "NVFP4"}[m] for m in missing)
+    names = " and ".join(labels[m] for m in missing)
     if device.cuda_arch is None:
         raise InfercastError(f"{names} weights need {' and '.join(m.upper() for m in missing)} tensor cores or "
                              f"Marlin's CUDA kernels, and {device.name} has neither; use an NVIDIA device")
     for kind, refusal in (("fp4", engine.nvfp4_needs_fp4_cores), ("fp8", engine.fp8_needs_fp8_cores)):
         if kind in missing and refusal:
-            label = {"fp8": "FP8", "fp4": "NVFP4"}[kind]
+            label = labels[kind]
             example = "B200" if kind == "fp4" else "H100"
             raise InfercastError(f"{engine.name} does not serve {label} weights on {device.name}, which has no "
                                  f"{kind.upper()} tensor cores ({refusal}); use a device with them ({example}) or "

@@ -239,16 +239,11 @@ def _mtp_decoder(built: Any, ctx: SimContext, manager: Any) -> SimDecoderLayer:
     from infercast.build import Builders
 
     builders, text, profile = Builders(manager), built.text_config, built.profile
-    model_type = profile.model_type
-    attention_kind, mlp_kind = builders.for_model("plan", model_type)(config=text, profile=profile)[-1]
-    index = text.num_hidden_layers - 1
+    kinds = builders.for_model("plan", profile.model_type)(config=text, profile=profile)[-1]
     decoder_quant, ctx.quant = ctx.quant, ctx.mtp_quant
     try:
         with torch.device("meta"):
-            attn = builders.get("attention", attention_kind, model_type)(ctx=ctx, config=text, index=index,
-                                                                         profile=profile)
-            mlp = builders.get("mlp", mlp_kind, model_type)(ctx=ctx, config=text, index=index, profile=profile)
-            return SimDecoderLayer(ctx, attn, mlp, text.hidden_size, index)
+            return builders.decoder_layer(kinds, ctx, text, text.num_hidden_layers - 1, profile)
     finally:
         ctx.quant = decoder_quant
 

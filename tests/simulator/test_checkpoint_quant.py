@@ -269,6 +269,20 @@ def test_plan_leaves_out_a_quantization_the_engine_cannot_serve_and_says_why() -
         Planner(replace(request, quantizations=("NVFP4",)))
 
 
+def test_the_other_engines_commands_say_when_that_engine_refuses_the_plan() -> None:
+    """vLLM serves FP8 on A100 through Marlin; the plan still prints trtllm-serve's equivalent,
+    which TensorRT-LLM refuses there, and a note says so (sglang's, which serves it, gets none)."""
+    from infercast.plan import Planner, PlanRequest
+
+    request = PlanRequest(model="meta-llama/Llama-3.1-8B-Instruct", device="A100", num_devices=(1,), batches=(8,),
+                          speculative=(), quantizations=("FP8",), engine="vllm")
+    planner = Planner(request)
+    notes = planner.refusals_by_other_engines("FP8")
+    assert len(notes) == 1 and notes[0].startswith("trtllm: its command will not serve this plan: trtllm does not "
+                                                   "serve FP8 weights on A100")
+    assert planner.refusals_by_other_engines(None) == []  # bf16: every engine serves it
+
+
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
 def test_fp8_on_ampere_runs_weight_only_through_marlin(engine) -> None:
     """A100 has no FP8 tensor cores: vLLM and sglang run FP8 checkpoints through Marlin's FP8
@@ -306,15 +320,39 @@ def test_a_checkpoint_stating_an_fp8_kv_cache_gets_one_unless_asked_otherwise(tm
 def test_launch_commands_pass_an_asked_kv_cache_dtype_and_leave_auto_to_the_engine() -> None:
     """An engine's own auto reads the checkpoint's KV quantization: a bf16 cache asked for a
     checkpoint that states FP8 must be named (sglang: bf16, vLLM: bfloat16)."""
-    from infercast.plan import Config, Layout, PlanRequest, sglang_command, vllm_command
+    from infercast.plan import (Config, Layout, PlanRequest, launch_notes, sglang_command, trtllm_command,
+                                trtllm_options, vllm_command)
 
     config = Config(Layout(8, 8, 1, 1), None, 16, None)
-    for asked, sglang, vllm in (("auto", None, None), ("bf16", "bf16", "bfloat16"), ("fp8", "fp8_e4m3", "fp8")):
+    # (asked, sglang's --kv-cache-dtype, vLLM's, TensorRT-LLM's kv_cache_config.dtype): each engine's own names;
+    # an E5M2 cache stays E5M2 (vLLM's "fp8" is E4M3), TensorRT-LLM has none
+    for asked, sglang, vllm, trtllm in (("auto", None, None, None), ("bf16", "bf16", "bfloat16", "bfloat16"),
+                                        ("fp8", "fp8_e4m3", "fp8", "fp8"),
+                                        ("fp8_e5m2", "fp8_e5m2", "fp8_e5m2", None)):
         request = PlanRequest(model="nvidia/Llama-3.1-70B-Instruct-FP8", device="H200", kv_cache_dtype=asked)
         for cmd, want in ((sglang_command(request, config, 8, expert_dtype="fp8", cuda_arch=90), sglang),
                           (vllm_command(request, config), vllm)):
             given = cmd[cmd.index("--kv-cache-dtype") + 1] if "--kv-cache-dtype" in cmd else None
-            assert given == want
+            assert given == want and "--dtype" not in cmd
+        options = trtllm_options(config, kv_cache_dtype=asked)
+        assert options.get("kv_cache_config", {}).get("dtype") == trtllm
+        assert ("--extra_llm_api_options" in trtllm_command(request, config)) == (trtllm is not None)
+        notes = " ".join(launch_notes(request, config, expert_dtype="fp8", cuda_arch=90))
+        assert ("no E5M2 KV cache" in notes) == (asked == "fp8_e5m2")
+
+
+def test_an_fp16_kv_cache_is_launched_as_the_model_dtype() -> None:
+    """Neither sglang nor vLLM names an fp16 KV cache (their choices have none): under auto the
+    cache takes the model's dtype, so the commands pass --dtype float16 and say why."""
+    from infercast.plan import Config, Layout, PlanRequest, launch_notes, sglang_command, trtllm_options, vllm_command
+
+    config = Config(Layout(8, 8, 1, 1), None, 16, None)
+    request = PlanRequest(model="meta-llama/Llama-3.1-70B-Instruct", device="H200", kv_cache_dtype="fp16")
+    for cmd in (sglang_command(request, config, 8, expert_dtype="bf16", cuda_arch=90), vllm_command(request, config)):
+        assert "--kv-cache-dtype" not in cmd and cmd[cmd.index("--dtype") + 1] == "float16"
+    assert trtllm_options(config, kv_cache_dtype="fp16") == {"kv_cache_config": {"dtype": "float16"}}
+    assert any("no fp16 KV cache dtype" in note for note in launch_notes(request, config, expert_dtype="bf16",
+                                                                           cuda_arch=90))
 
 
 def test_fp8_weights_off_nvidia_keep_the_bf16_rate_nvfp4_is_refused() -> None:

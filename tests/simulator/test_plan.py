@@ -34,14 +34,14 @@ SGLANG_SERVER_ARGS = {
     "--speculative-algorithm", "--speculative-draft-model-path", "--speculative-num-steps",
     "--speculative-eagle-topk", "--speculative-num-draft-tokens", "--enable-two-batch-overlap", "--moe-a2a-backend",
     "--ep-num-redundant-experts", "--chunked-prefill-size", "--cuda-graph-max-bs", "--enable-mixed-chunk",
-    "--deepep-mode", "--disable-overlap-schedule", "--scheduler-recv-interval", "--max-total-tokens",
+    "--deepep-mode", "--disable-overlap-schedule", "--scheduler-recv-interval", "--max-total-tokens", "--dtype",
 }
 # From vLLM's documented `vllm serve` arguments.
 VLLM_SERVE_ARGS = {
     "--tensor-parallel-size", "--data-parallel-size", "--pipeline-parallel-size", "--enable-expert-parallel",
     "--max-num-seqs", "--kv-cache-dtype", "--quantization", "--speculative-config", "--trust-remote-code",
     "--max-model-len", "--gpu-memory-utilization", "--max-num-batched-tokens", "--all2all-backend",
-    "--async-scheduling", "--no-async-scheduling",
+    "--async-scheduling", "--no-async-scheduling", "--dtype",
 }
 
 SMALL = PlanRequest(model="meta-llama/Llama-3.1-8B-Instruct", device="H100", num_devices=(1, 2),

@@ -414,7 +414,23 @@ class Planner:
         return launch_notes(self.request, config, self.spec_for(config),
                             expert_dtype=self.expert_dtype(config.quantization), cuda_arch=self.device.cuda_arch,
                             scatter_off=self.scattered_input(config.layout, config.quantization,
-                                                             self.algorithm(config.spec))[1])
+                                                             self.algorithm(config.spec))[1]) \
+            + self.refusals_by_other_engines(config.quantization)
+
+    def refusals_by_other_engines(self, quant: str | None) -> list[str]:
+        """Notes for the other engines' launch commands where that engine does not serve
+        quantization ``quant`` on the device (:func:`~infercast.simulate.quant_on_device`), which
+        the plan's own engine does."""
+        notes = []
+        for name in ("sglang", "vllm", "trtllm"):
+            if name == self.costs.engine.name:
+                continue
+            try:
+                quant_on_device(_resolve_quant(self.config, self.text, quant, self.profile), engine_named(name),
+                                self.device)
+            except InfercastError as exc:
+                notes.append(f"{name}: its command will not serve this plan: {str(exc).split('; use ')[0]}")
+        return notes
 
     def algorithm(self, spec: SpecChoice | None) -> str | None:
         """The speculative algorithm a configuration with ``spec`` runs (None: none)."""
@@ -747,8 +763,7 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
     if nodes > 1:
         cmd += ["--nnodes", str(nodes), "--node-rank", "0", "--dist-init-addr", "MASTER_IP:5000"]
     cmd += quantization_flags("sglang", config.quantization)[0]
-    if request.kv_cache_dtype != "auto":  # auto: the checkpoint's, as sglang's own default reads it
-        cmd += ["--kv-cache-dtype", "fp8_e4m3" if request.kv_cache_dtype == "fp8" else request.kv_cache_dtype]
+    cmd += kv_cache_flags("sglang", request.kv_cache_dtype)
     cmd += ["--max-running-requests", str(config.batch)]
     fraction = request.mem_fraction_static if request.mem_fraction_static is not None else mem_fraction
     if fraction is not None:
@@ -778,20 +793,53 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
 
 
 TRTLLM_OPTIONS_FILE = "extra_llm_api_options.yaml"
+TRTLLM_KV_DTYPES = {"auto": None, "bf16": "bfloat16", "fp16": "float16", "fp8": "fp8", "fp8_e4m3": "fp8",
+                    "fp8_e5m2": None}
+"""``--kv-cache-dtype`` as TensorRT-LLM's ``kv_cache_config.dtype`` names it (its FP8 cache is E4M3;
+it has no E5M2 one, and ``auto`` is left to the engine, which reads the checkpoint's)."""
+SGLANG_KV_DTYPES = {"bf16": "bf16", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
+"""sglang's ``--kv-cache-dtype`` choices (server_args.py, 0.5.6-0.5.14) for ours."""
+VLLM_KV_DTYPES = {"bf16": "bfloat16", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
+"""vLLM's ``--kv-cache-dtype`` choices (``CacheDType``, config/cache.py, 0.16) for ours."""
 
 
-def trtllm_options(config: Config, spec: Any = None, overlap: str = "auto") -> dict[str, Any]:
+def kv_cache_flags(engine: str, kv_cache_dtype: str) -> list[str]:
+    """sglang's or vLLM's flags for ``--kv-cache-dtype``: none for ``auto`` (the engine's own auto
+    reads the checkpoint's, as the plan's does); an fp16 cache, which neither names, is the
+    model's dtype under their auto (``--dtype float16``, :func:`kv_cache_note`)."""
+    names = SGLANG_KV_DTYPES if engine == "sglang" else VLLM_KV_DTYPES
+    if kv_cache_dtype == "fp16":
+        return ["--dtype", "float16"]
+    return ["--kv-cache-dtype", names[kv_cache_dtype]] if kv_cache_dtype in names else []
+
+
+def kv_cache_note(kv_cache_dtype: str) -> str:
+    """What the launch commands cannot say of ``--kv-cache-dtype`` with a flag ('' when nothing)."""
+    if kv_cache_dtype == "fp16":
+        return ("sglang, vllm: no fp16 KV cache dtype; under their --kv-cache-dtype auto the cache takes the model's "
+                "dtype, so the commands run the model in float16 (--dtype float16)")
+    if kv_cache_dtype == "fp8_e5m2":
+        return (f"trtllm: no E5M2 KV cache (kv_cache_config.dtype fp8 is E4M3); {TRTLLM_OPTIONS_FILE} leaves the "
+                "dtype to the engine")
+    return ""
+
+
+def trtllm_options(config: Config, spec: Any = None, overlap: str = "auto",
+                   kv_cache_dtype: str = "auto") -> dict[str, Any]:
     """What ``trtllm-serve`` takes from its ``--extra_llm_api_options`` YAML file rather than
     from flags: DP attention and the speculative setup (keys as in NVIDIA's own example,
     build.nvidia.com/spark/speculative-decoding: ``enable_attention_dp``, ``speculative_config``
     with ``decoding_type: Eagle``, ``max_draft_len`` and ``speculative_model_dir``; DeepSeek's
-    MTP is ``decoding_type: MTP`` with ``num_nextn_predict_layers``), and the overlap scheduler
-    turned off (``disable_overlap_scheduler``, LLM API) for ``overlap`` ``off``."""
+    MTP is ``decoding_type: MTP`` with ``num_nextn_predict_layers``), the overlap scheduler
+    turned off (``disable_overlap_scheduler``, LLM API) for ``overlap`` ``off``, and an asked
+    KV cache dtype (``kv_cache_config.dtype``, :data:`TRTLLM_KV_DTYPES`)."""
     options: dict[str, Any] = {}
     if config.layout.dp > 1:
         options["enable_attention_dp"] = True
     if overlap == "off":
         options["disable_overlap_scheduler"] = True
+    if TRTLLM_KV_DTYPES.get(kv_cache_dtype):
+        options["kv_cache_config"] = {"dtype": TRTLLM_KV_DTYPES[kv_cache_dtype]}
     if config.spec is not None:
         if spec is not None and spec.draft_model:
             options["speculative_config"] = {"decoding_type": "Eagle", "max_draft_len": config.spec.num_steps,
@@ -812,7 +860,7 @@ def trtllm_command(request: PlanRequest, config: Config, spec: Any = None) -> li
     if layout.ep > 1:
         cmd += ["--ep_size", str(layout.ep)]
     cmd += ["--max_batch_size", str(config.batch)]
-    if trtllm_options(config, spec, request.overlap_scheduling):
+    if trtllm_options(config, spec, request.overlap_scheduling, request.kv_cache_dtype):
         cmd += ["--extra_llm_api_options", TRTLLM_OPTIONS_FILE]
     return cmd
 
@@ -840,7 +888,8 @@ def launch_notes(request: PlanRequest, config: Config, spec: Any = None, *, expe
     import json
 
     notes = [quantization_flags(engine, config.quantization)[1] for engine in ("sglang", "vllm", "trtllm")]
-    options = trtllm_options(config, spec, request.overlap_scheduling)
+    options = trtllm_options(config, spec, request.overlap_scheduling, request.kv_cache_dtype)
+    notes.append(kv_cache_note(request.kv_cache_dtype))
     if options:  # JSON is YAML: the file's contents as they are to be written
         notes.append(f"trtllm: {TRTLLM_OPTIONS_FILE} holds {json.dumps(options)}")
     if config.layout.dp > 1 and config.layout.tp > 1:
@@ -936,9 +985,7 @@ def vllm_command(request: PlanRequest, config: Config, spec: Any = None,
         backend = "allgather_reducescatter" if request.moe_all_to_all == "off" else all2all
         cmd += ["--enable-expert-parallel"] + (["--all2all-backend", backend] if layout.dp > 1 else [])
     cmd += quantization_flags("vllm", config.quantization)[0]
-    if request.kv_cache_dtype != "auto":  # auto: the checkpoint's, as vLLM's own default reads it
-        cmd += ["--kv-cache-dtype", "fp8" if request.kv_cache_dtype.startswith("fp8") else
-                {"bf16": "bfloat16"}.get(request.kv_cache_dtype, request.kv_cache_dtype)]
+    cmd += kv_cache_flags("vllm", request.kv_cache_dtype)
     # each vLLM DP rank is an engine of its own, with its own scheduler: its share of the running
     # requests and of the chunk (sglang's --max-running-requests and chunk are the instance's)
     cmd += ["--max-num-seqs", str(-(-config.batch // layout.dp))]

@@ -65,21 +65,8 @@ SGLANG_PR_VERSION = "0.5.5"  # November 2025
 SGLANG_H20_VERSION = "0.4.8"  # June 2025
 VLLM_RTN = "vLLM PR 23197"
 VLLM_MOE = "vLLM PR 4002"
-TRTLLM_5929 = "TRT-LLM issue 5929"
-MI300X_APART = "MI300X, analytic with H100's per-kernel fixed costs, no ROCm kernel data"
-B200_FP4_TTFT_APART = ("TensorRT-LLM issue 5929's NVFP4 TTFTs on B200 with expert parallelism, which the issue "
-                       "reports as a slow-down against FP8 on H200 (open, unexplained); its ITLs and its TTFTs "
-                       "without expert parallelism, which it calls the expected speed-up, stay in")
 
 SOURCES = {
-    TRTLLM_5929: "NVIDIA/TensorRT-LLM issue 5929 (2025-07-10, 'DS-R1 FP4 on B200 vs DS-R1 FP8 on H200 --- slow-down "
-                 "in TTFT'): LLMPerf against trtllm-serve (PyTorch backend) built from v0.21.0rc2, DeepSeek-R1 in "
-                 "FP8 on 8 x H200 141 GB and in NVFP4 on 8 x B200 180 GB, TP 8 with ep_size None (MoE TP 8), 4 "
-                 "(MoE TP 2 x EP 4) and 8, one request at a time, 1,600 or 8,192 input and 600 output tokens: ITL "
-                 "p50 (a decode step at the prompt plus half the output) and TTFT p50 (a client's: the request's "
-                 "host time and the prefill). No launch options are given, so TensorRT-LLM's defaults: CUTLASS "
-                 "MoE, no attention DP; the FP4 checkpoint is read as NVIDIA's DeepSeek-V3.1-NVFP4 (the same "
-                 "architecture, ModelOpt keeping MLA's input projections in bf16)",
     TRTLLM_090: "NVIDIA/TensorRT-LLM docs/source/performance.md at v0.9.0, the 'first token latency' tables at "
                 "batch 1 (gptSessionBenchmark with output length 1; FP8 weights and KV cache)",
     NIM_180: "NVIDIA NIM for LLMs benchmarking page (docs.nvidia.com/nim/benchmarking/llm), version 1.8.0, "
@@ -138,9 +125,8 @@ class Published:
     measures: str
     source: str
     simulated: Callable[[], float]
-    apart: str = ""
-    """Why the medians leave the point out and report it apart (MI300X: no ROCm kernel data; a
-    figure its own source reports as an unexplained slow-down); empty: in the medians."""
+    in_median: bool = True
+    """False for a device the medians leave out (MI300X: no ROCm kernel data, reported apart)."""
     added: str = ""
     """The date a point entered after the modelling it checks (out of sample), reported apart as
     well as in the medians; empty for the points the modelling has been checked against."""
@@ -333,36 +319,6 @@ def minimax_points(in_1k: dict, in_8k: dict) -> list[Published]:
     ]
 
 
-def trtllm_5929_points() -> list[Published]:
-    """TensorRT-LLM issue 5929's one-request runs of DeepSeek-R1 (FP8 on 8 x H200, NVFP4 on
-    8 x B200) at three MoE layouts: TTFT and ITL p50 as LLMPerf measured them against
-    trtllm-serve. Added 2026-11-27, after the modelling they check."""
-    added = "2026-11-27"
-    # (device, model, label, {(ep, prompt): (ITL ms, TTFT ms)}) as the issue's table gives them
-    runs = [("H200", "deepseek-ai/DeepSeek-R1", "DeepSeek-R1 FP8",
-             {(1, 1600): (13.78, 164.63), (4, 1600): (10.81, 134.36), (8, 1600): (11.00, 124.11),
-              (1, 8192): (14.53, 515.83), (4, 8192): (11.59, 370.07), (8, 8192): (11.78, 352.81)}),
-            ("B200", "nvidia/DeepSeek-V3.1-NVFP4", "DeepSeek-R1 NVFP4",
-             {(1, 1600): (6.78, 161.04), (4, 1600): (6.61, 160.18), (8, 1600): (6.81, 172.65),
-              (1, 8192): (7.14, 394.11), (4, 8192): (6.97, 390.12), (8, 8192): (7.17, 448.09)})]
-    out = []
-    for device, model, label, table in runs:
-        for (ep, prompt), (itl, ttft) in table.items():
-            common = dict(model=model, device=device, num_devices=8, tp_size=8, num_queries=1, engine="trtllm",
-                          **({"ep_size": ep} if ep > 1 else {}))
-            layout = f"TP8 EP{ep}" if ep > 1 else "TP8"
-            tag = f"{'H' if device == 'H200' else 'B'}{ep}{'s' if prompt == 1600 else 'l'}"
-            out.append(Published(f"E{tag}", f"{label}, 8 x {device} {layout}, {prompt:,} tokens", ttft, "prefill",
-                                 "client TTFT, p50", TRTLLM_5929,
-                                 simulated("ttft_ms", **common, query_length=prompt, context_length=0), added=added,
-                                 apart=B200_FP4_TTFT_APART if device == "B200" and ep > 1 else ""))
-            out.append(Published(f"E{tag}d", f"{label}, 8 x {device} {layout}, context {prompt + 300:,}", itl,
-                                 "decode", "client ITL, p50", TRTLLM_5929,
-                                 simulated("tpot_ms", **common, decode=True, context_length=prompt + 300),
-                                 added=added))
-    return out
-
-
 def points(root: Path) -> list[Published]:
     l7, l70 = _llama2("Llama-2-7B", root), _llama2("Llama-2-70B", root)
     mixtral22 = _config_dir("Mixtral-8x22B", MIXTRAL_8X22B, root)
@@ -413,7 +369,6 @@ def points(root: Path) -> list[Published]:
         Published("C10", "Llama-3.1-70B bf16, 8 x A100 TP8, context 821", 18.63, "decode", "client TPOT, mean",
                   COOKBOOK, sglang_c1(llama70, "A100", 8, "0.5.6", context=610 + 211)),
         *minimax_points(in_1k, in_8k),
-        *trtllm_5929_points(),
         Published("K1", "Kimi-K2-Instruct FP8, 8 x H200 TP8, 1,024 tokens", 95.154, "prefill",
                   "client TTFT, mean; prefill in piecewise CUDA graphs (on in the run, sglang's default from "
                   "0.5.10)", SGLANG_PR,
@@ -421,7 +376,7 @@ def points(root: Path) -> list[Published]:
         Published("K2", "Kimi-K2-Instruct FP8, 8 x H200 TP8, context 1,032", 11.376, "decode", "client TPOT, mean",
                   SGLANG_PR, sglang_c1(kimi_k2, "H200", 8, SGLANG_PR_VERSION, context=1024 + 8)),
         *[Published(f"A{i}", f"{name}, 8 x MI300X TP8, context {context:,}", measured, "decode", "client TPOT, mean",
-                    COOKBOOK_AMD, sglang_decode(model, "MI300X", 8, 1, context, "0.5.7"), apart=MI300X_APART)
+                    COOKBOOK_AMD, sglang_decode(model, "MI300X", 8, 1, context, "0.5.7"), in_median=False)
           for i, (name, model, context, measured) in enumerate((
               ("DeepSeek-V3.1 FP8", "deepseek-ai/DeepSeek-V3", 610 + 211, 23.84),
               ("DeepSeek-V3.1 FP8", "deepseek-ai/DeepSeek-V3", 610 + 2223, 24.41),
@@ -463,16 +418,13 @@ def main() -> int:
         table.add_column(column, overflow="fold")
     errors: dict[str, list[float]] = {"prefill": [], "decode": []}
     fresh: dict[str, list[float]] = {"prefill": [], "decode": []}
-    apart: dict[str, list[tuple[str, float]]] = {}
+    apart: list[float] = []
     with tempfile.TemporaryDirectory() as root:
         for point in points(Path(root)):
             simulated = point.simulated()
             error = (simulated - point.measured_ms) / point.measured_ms
-            if point.apart:
-                apart.setdefault(point.apart, []).append((point.id, abs(error)))
-            else:
-                errors[point.kind].append(abs(error))
-            if point.added and not point.apart:
+            (errors[point.kind] if point.in_median else apart).append(abs(error))
+            if point.added and point.in_median:
                 fresh[point.kind].append(abs(error))
             table.add_row(point.id, point.what, f"{point.measured_ms:g}", f"{simulated:.2f}", f"{error:+.1%}",
                           point.measures, point.source)
@@ -486,9 +438,8 @@ def main() -> int:
             console.print(f"  of them out of sample (added after the modelling they check): {len(fresh[kind])} points, "
                           f"{statistics.median(fresh[kind]):.1%}; the {len(checked)} checked before: "
                           f"{statistics.median(checked):.1%}")
-    for why, left in apart.items():
-        console.print(f"left out of the medians: {', '.join(i for i, _ in left)}, median |error| "
-                      f"{statistics.median(e for _, e in left):.1%}: {why}")
+    console.print(f"left out of the medians: the MI300X points (A1-A{len(apart)}), median |error| "
+                  f"{statistics.median(apart):.1%}: analytic with H100's per-kernel fixed costs, no ROCm kernel data")
     for key, text in SOURCES.items():
         console.print(f"{key}: {text}")
     return 0

@@ -277,9 +277,11 @@ def test_the_other_engines_commands_say_when_that_engine_refuses_the_plan() -> N
     request = PlanRequest(model="meta-llama/Llama-3.1-8B-Instruct", device="A100", num_devices=(1,), batches=(8,),
                           speculative=(), quantizations=("FP8",), engine="vllm")
     planner = Planner(request)
-    notes = planner.refusals_by_other_engines("FP8")
-    assert len(notes) == 1 and notes[0].startswith("trtllm: its command will not serve this plan: trtllm does not "
-                                                   "serve FP8 weights on A100")
+    shown = planner.notes_for(planner.run().best)
+    refusals = [n for n in shown if "will not serve this plan" in n]
+    assert len(refusals) == 1 and refusals[0].startswith("trtllm: its command will not serve this plan: trtllm does "
+                                                         "not serve FP8 weights on A100")
+    assert "; use " not in refusals[0]  # the reason only: the remedy is for the plan's own engine's refusal
     assert planner.refusals_by_other_engines(None) == []  # bf16: every engine serves it
 
 
@@ -317,42 +319,69 @@ def test_a_checkpoint_stating_an_fp8_kv_cache_gets_one_unless_asked_otherwise(tm
     assert _sim(_model_dir(tmp_path, "nvfp4", DENSE, MODELOPT_NVFP4)).kv_cache_dtype == "bfloat16"
 
 
+# The engines' own KV cache dtype choices, as their sources give them: sglang's --kv-cache-dtype
+# (server_args.py, 0.5.6.post2 and 0.5.9), vLLM's CacheDType (vllm/config/cache.py, 0.16.0) and
+# TensorRT-LLM's PyTorch backend (_VALID_KV_CACHE_DTYPES, its model loader, 0.21 to 1.x).
+SGLANG_KV_CHOICES = {"auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"}
+VLLM_KV_CHOICES = {"auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"}
+TRTLLM_KV_CHOICES = {"fp8", "nvfp4", "auto"}
+
+
 def test_launch_commands_pass_an_asked_kv_cache_dtype_and_leave_auto_to_the_engine() -> None:
     """An engine's own auto reads the checkpoint's KV quantization: a bf16 cache asked for a
-    checkpoint that states FP8 must be named (sglang: bf16, vLLM: bfloat16)."""
-    from infercast.plan import (Config, Layout, PlanRequest, launch_notes, sglang_command, trtllm_command,
-                                trtllm_options, vllm_command)
+    checkpoint that states FP8 must be named (sglang: bf16, vLLM: bfloat16), in each engine's
+    own words; an E5M2 cache stays E5M2 where the engine has one (vLLM's "fp8" is E4M3)."""
+    from infercast.plan import Config, Layout, PlanRequest, sglang_command, trtllm_command, trtllm_options, vllm_command
 
     config = Config(Layout(8, 8, 1, 1), None, 16, None)
-    # (asked, sglang's --kv-cache-dtype, vLLM's, TensorRT-LLM's kv_cache_config.dtype): each engine's own names;
-    # an E5M2 cache stays E5M2 (vLLM's "fp8" is E4M3), TensorRT-LLM has none
-    for asked, sglang, vllm, trtllm in (("auto", None, None, None), ("bf16", "bf16", "bfloat16", "bfloat16"),
-                                        ("fp8", "fp8_e4m3", "fp8", "fp8"),
-                                        ("fp8_e5m2", "fp8_e5m2", "fp8_e5m2", None)):
+    # (asked, sglang's --kv-cache-dtype, vLLM's, TensorRT-LLM's kv_cache_config.dtype)
+    for asked, sglang, vllm, trtllm in (("auto", None, None, None), ("bf16", "bf16", "bfloat16", None),
+                                        ("fp8", "fp8_e4m3", "fp8", "fp8"), ("fp8_e4m3", "fp8_e4m3", "fp8_e4m3", "fp8"),
+                                        ("fp8_e5m2", "fp8_e5m2", "fp8_e5m2", "fp8")):
         request = PlanRequest(model="nvidia/Llama-3.1-70B-Instruct-FP8", device="H200", kv_cache_dtype=asked)
-        for cmd, want in ((sglang_command(request, config, 8, expert_dtype="fp8", cuda_arch=90), sglang),
-                          (vllm_command(request, config), vllm)):
+        for cmd, want, choices in ((sglang_command(request, config, 8, expert_dtype="fp8", cuda_arch=90), sglang,
+                                    SGLANG_KV_CHOICES), (vllm_command(request, config), vllm, VLLM_KV_CHOICES)):
             given = cmd[cmd.index("--kv-cache-dtype") + 1] if "--kv-cache-dtype" in cmd else None
             assert given == want and "--dtype" not in cmd
+            assert given is None or given in choices
         options = trtllm_options(config, kv_cache_dtype=asked)
-        assert options.get("kv_cache_config", {}).get("dtype") == trtllm
+        written = options.get("kv_cache_config", {}).get("dtype")
+        assert written == trtllm and (written is None or written in TRTLLM_KV_CHOICES)
         assert ("--extra_llm_api_options" in trtllm_command(request, config)) == (trtllm is not None)
-        notes = " ".join(launch_notes(request, config, expert_dtype="fp8", cuda_arch=90))
-        assert ("no E5M2 KV cache" in notes) == (asked == "fp8_e5m2")
+
+
+def test_launch_notes_say_what_a_kv_cache_flag_cannot() -> None:
+    """Through the planner's notes for a configuration: an E5M2 cache on TensorRT-LLM runs as
+    E4M3 and moves sglang off FlashAttention 3; a bf16 cache asked of a checkpoint stating FP8
+    runs FP8 on TensorRT-LLM, whose dtype takes no bf16; nothing for auto."""
+    from infercast.plan import Planner, PlanRequest
+
+    def notes(model: str, asked: str) -> str:
+        planner = Planner(PlanRequest(model=model, device="H200", num_devices=(8,), batches=(8,), speculative=(),
+                                      kv_cache_dtype=asked))
+        return " | ".join(planner.notes_for(planner.run().best))
+
+    e5m2 = notes("meta-llama/Llama-3.1-70B-Instruct", "fp8_e5m2")
+    assert "trtllm: no E5M2 KV cache" in e5m2 and "switches to its triton backend" in e5m2
+    assert "will store the cache in FP8, where the plan priced bf16" in notes("nvidia/Llama-3.1-70B-Instruct-FP8",
+                                                                             "bf16")
+    assert "KV cache" not in notes("nvidia/Llama-3.1-70B-Instruct-FP8", "auto")
 
 
 def test_an_fp16_kv_cache_is_launched_as_the_model_dtype() -> None:
-    """Neither sglang nor vLLM names an fp16 KV cache (their choices have none): under auto the
-    cache takes the model's dtype, so the commands pass --dtype float16 and say why."""
-    from infercast.plan import Config, Layout, PlanRequest, launch_notes, sglang_command, trtllm_options, vllm_command
+    """Neither sglang nor vLLM names an fp16 KV cache (their choices have none), nor does
+    TensorRT-LLM's PyTorch backend: under auto the cache takes the model's dtype, so the commands
+    run the model in float16 and say why, and say when the checkpoint's FP8 cache wins instead."""
+    from infercast.plan import Config, Layout, PlanRequest, kv_cache_notes, sglang_command, trtllm_options, vllm_command
 
     config = Config(Layout(8, 8, 1, 1), None, 16, None)
     request = PlanRequest(model="meta-llama/Llama-3.1-70B-Instruct", device="H200", kv_cache_dtype="fp16")
     for cmd in (sglang_command(request, config, 8, expert_dtype="bf16", cuda_arch=90), vllm_command(request, config)):
         assert "--kv-cache-dtype" not in cmd and cmd[cmd.index("--dtype") + 1] == "float16"
-    assert trtllm_options(config, kv_cache_dtype="fp16") == {"kv_cache_config": {"dtype": "float16"}}
-    assert any("no fp16 KV cache dtype" in note for note in launch_notes(request, config, expert_dtype="bf16",
-                                                                           cuda_arch=90))
+    assert trtllm_options(config, kv_cache_dtype="fp16") == {"dtype": "float16"}
+    plain, stated = kv_cache_notes("fp16"), kv_cache_notes("fp16", checkpoint_fp8=True)
+    assert any("no fp16 KV cache dtype" in n for n in plain) and not any("FP8" in n for n in plain)
+    assert sum("will store the cache in FP8" in n for n in stated) == 2  # sglang and vLLM; TensorRT-LLM
 
 
 def test_fp8_weights_off_nvidia_keep_the_bf16_rate_nvfp4_is_refused() -> None:

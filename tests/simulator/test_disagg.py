@@ -90,7 +90,18 @@ def _command_planner(request: PlanRequest, expert_dtype: str) -> SimpleNamespace
     return SimpleNamespace(request=request, device=SimpleNamespace(devices_per_node=8, cuda_arch=90),
                            spec_requests={}, expert_dtype=lambda quantization: expert_dtype,
                            launch_fraction=lambda *pool, **options: None,
-                           scattered_input=lambda *pool, **options: (False, None))
+                           scattered_input=lambda *pool, **options: (False, None),
+                           checkpoint_fp8_kv=lambda quantization: False,
+                           refusals_by_other_engines=lambda quantization, engines=(): [])
+
+
+def _pools(layout: Layout, *, batch: int, two_batch_overlap: bool) -> SimpleNamespace:
+    """One prefill and one decode instance on ``layout``, as the launch commands read them."""
+    return SimpleNamespace(
+        prefill=SimpleNamespace(layout=layout, quantization=None, chunk=16384, scattered=False),
+        decode=SimpleNamespace(layout=layout, quantization=None, batch=batch, spec=None,
+                               two_batch_overlap=two_batch_overlap),
+        prefill_instances=1, decode_instances=1)
 
 
 def _prefill(rate, devices):
@@ -190,10 +201,7 @@ def test_disaggregated_expert_parallel_pools_name_their_deepep_mode_once() -> No
     request = PlanRequest(model="deepseek-ai/DeepSeek-V3", device="H100")
     planner = _command_planner(request, "fp8_block")  # DeepSeek-V3's experts
     ep16 = Layout(16, 1, 16, 16)
-    config = SimpleNamespace(
-        prefill=SimpleNamespace(layout=ep16, quantization=None, chunk=16384, scattered=False),
-        decode=SimpleNamespace(layout=ep16, quantization=None, batch=4096, spec=None, two_batch_overlap=True),
-        prefill_instances=1, decode_instances=1)
+    config = _pools(ep16, batch=4096, two_batch_overlap=True)
     commands = launch_commands(planner, config)
     (sg_prefill, sg_decode, _), (vl_prefill, vl_decode, _) = commands["sglang"], commands["vllm"]
     for cmd, flag, value in ((sg_prefill, "--deepep-mode", "normal"), (sg_decode, "--deepep-mode", "low_latency"),
@@ -209,6 +217,23 @@ def test_disaggregated_expert_parallel_pools_name_their_deepep_mode_once() -> No
     assert launch_notes(planner, config) == []
 
 
+def test_disaggregated_launch_notes_carry_the_kv_cache_and_refusal_notes() -> None:
+    """The pools' sglang and vLLM commands get the aggregated plan's notes on a KV cache dtype no
+    flag can say (an fp16 cache over a checkpoint that states FP8) and on an engine refusing the
+    pool's quantization, each refusal once per pool; nothing about TensorRT-LLM, which has no
+    disaggregated command here."""
+    request = PlanRequest(model="nvidia/Llama-3.1-70B-Instruct-FP8", device="H100", kv_cache_dtype="fp16")
+    planner = _command_planner(request, "fp8")
+    planner.checkpoint_fp8_kv = lambda quantization: True
+    planner.refusals_by_other_engines = lambda quantization, engines=(): [f"{engines[0]}: refuses"]
+    tp8 = Layout(8, 8, 1, 1)
+    config = _pools(tp8, batch=64, two_batch_overlap=False)
+    notes = launch_notes(planner, config)
+    assert any(n.startswith("sglang, vllm: this checkpoint states an FP8 KV cache") for n in notes)
+    assert not any("trtllm" in n for n in notes)
+    assert [n for n in notes if n.endswith("refuses")] == ["prefill pool, sglang: refuses", "decode pool, sglang: refuses"]
+
+
 def test_two_batch_overlap_is_offered_and_launched_only_where_the_engine_has_an_all_to_all() -> None:
     """Qwen3-235B's BF16 experts: sglang has no DeepEP path for them, so its decode pool gets no
     overlap option; vLLM runs its all-to-all across DP ranks, so the overlap is offered, and the
@@ -222,10 +247,7 @@ def test_two_batch_overlap_is_offered_and_launched_only_where_the_engine_has_an_
         assert [c.two_batch_overlap for c in choices] == offered
     request = PlanRequest(model="Qwen/Qwen3-235B-A22B", device="H100", engine="vllm")
     planner = _command_planner(request, "bf16")
-    config = SimpleNamespace(
-        prefill=SimpleNamespace(layout=ep, quantization=None, chunk=16384, scattered=False),
-        decode=SimpleNamespace(layout=ep, quantization=None, batch=1024, spec=None, two_batch_overlap=True),
-        prefill_instances=1, decode_instances=1)
+    config = _pools(ep, batch=1024, two_batch_overlap=True)
     (_, sg_decode, _) = launch_commands(planner, config)["sglang"]
     assert "--enable-two-batch-overlap" not in sg_decode and "--moe-a2a-backend" not in sg_decode
     notes = launch_notes(planner, config)

@@ -51,6 +51,7 @@ from infercast.simulate import (
     resolve_profile,
     routed_experts,
     speculative_request,
+    unservable,
 )
 from infercast.step import price_records, step_time
 from infercast.trace import trace
@@ -414,23 +415,23 @@ class Planner:
         return launch_notes(self.request, config, self.spec_for(config),
                             expert_dtype=self.expert_dtype(config.quantization), cuda_arch=self.device.cuda_arch,
                             scatter_off=self.scattered_input(config.layout, config.quantization,
-                                                             self.algorithm(config.spec))[1]) \
+                                                             self.algorithm(config.spec))[1],
+                            checkpoint_fp8_kv=self.checkpoint_fp8_kv(config.quantization)) \
             + self.refusals_by_other_engines(config.quantization)
 
-    def refusals_by_other_engines(self, quant: str | None) -> list[str]:
-        """Notes for the other engines' launch commands where that engine does not serve
-        quantization ``quant`` on the device (:func:`~infercast.simulate.quant_on_device`), which
-        the plan's own engine does."""
-        notes = []
-        for name in ("sglang", "vllm", "trtllm"):
-            if name == self.costs.engine.name:
-                continue
-            try:
-                quant_on_device(_resolve_quant(self.config, self.text, quant, self.profile), engine_named(name),
-                                self.device)
-            except InfercastError as exc:
-                notes.append(f"{name}: its command will not serve this plan: {str(exc).split('; use ')[0]}")
-        return notes
+    def checkpoint_fp8_kv(self, quant: str | None) -> bool:
+        """Whether an engine's ``--kv-cache-dtype auto`` would store this checkpoint's KV cache in
+        FP8 under quantization ``quant`` (:func:`~infercast.simulate.resolve_kv_cache_dtype`)."""
+        return resolve_kv_cache_dtype("auto", self.config, self.text, quant).startswith("fp8")
+
+    def refusals_by_other_engines(self, quant: str | None,
+                                  engines: tuple[str, ...] = ("sglang", "vllm", "trtllm")) -> list[str]:
+        """Notes for the other ``engines``' launch commands where that engine does not serve
+        quantization ``quant`` on the device (:func:`~infercast.simulate.unservable`), which the
+        plan's own engine does."""
+        plan = _resolve_quant(self.config, self.text, quant, self.profile)
+        return [f"{name}: its command will not serve this plan: {why[0]}" for name in engines
+                if name != self.costs.engine.name and (why := unservable(plan, engine_named(name), self.device))]
 
     def algorithm(self, spec: SpecChoice | None) -> str | None:
         """The speculative algorithm a configuration with ``spec`` runs (None: none)."""
@@ -793,10 +794,12 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
 
 
 TRTLLM_OPTIONS_FILE = "extra_llm_api_options.yaml"
-TRTLLM_KV_DTYPES = {"auto": None, "bf16": "bfloat16", "fp16": "float16", "fp8": "fp8", "fp8_e4m3": "fp8",
-                    "fp8_e5m2": None}
-"""``--kv-cache-dtype`` as TensorRT-LLM's ``kv_cache_config.dtype`` names it (its FP8 cache is E4M3;
-it has no E5M2 one, and ``auto`` is left to the engine, which reads the checkpoint's)."""
+TRTLLM_KV_DTYPES = {"fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
+"""``--kv-cache-dtype`` as TensorRT-LLM's ``kv_cache_config.dtype`` names it. Its PyTorch backend
+takes ``auto``, ``fp8`` (E4M3) and ``nvfp4`` only (``_VALID_KV_CACHE_DTYPES``, its model loader,
+0.21-1.x): an E5M2 cache is written as ``fp8`` (the same bytes), and a bf16 or fp16 cache is
+left to its auto, which takes the model's dtype unless the checkpoint states an FP8 cache
+(:func:`kv_cache_notes`)."""
 SGLANG_KV_DTYPES = {"bf16": "bf16", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 """sglang's ``--kv-cache-dtype`` choices (server_args.py, 0.5.6-0.5.14) for ours."""
 VLLM_KV_DTYPES = {"bf16": "bfloat16", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
@@ -806,22 +809,35 @@ VLLM_KV_DTYPES = {"bf16": "bfloat16", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8
 def kv_cache_flags(engine: str, kv_cache_dtype: str) -> list[str]:
     """sglang's or vLLM's flags for ``--kv-cache-dtype``: none for ``auto`` (the engine's own auto
     reads the checkpoint's, as the plan's does); an fp16 cache, which neither names, is the
-    model's dtype under their auto (``--dtype float16``, :func:`kv_cache_note`)."""
+    model's dtype under their auto (``--dtype float16``, :func:`kv_cache_notes`)."""
     names = SGLANG_KV_DTYPES if engine == "sglang" else VLLM_KV_DTYPES
     if kv_cache_dtype == "fp16":
         return ["--dtype", "float16"]
     return ["--kv-cache-dtype", names[kv_cache_dtype]] if kv_cache_dtype in names else []
 
 
-def kv_cache_note(kv_cache_dtype: str) -> str:
-    """What the launch commands cannot say of ``--kv-cache-dtype`` with a flag ('' when nothing)."""
+def kv_cache_notes(kv_cache_dtype: str, checkpoint_fp8: bool = False) -> list[str]:
+    """What the launch commands cannot say of ``--kv-cache-dtype`` with a flag (``checkpoint_fp8``:
+    the checkpoint states an FP8 KV cache, which an engine's auto takes)."""
+    notes = []
     if kv_cache_dtype == "fp16":
-        return ("sglang, vllm: no fp16 KV cache dtype; under their --kv-cache-dtype auto the cache takes the model's "
-                "dtype, so the commands run the model in float16 (--dtype float16)")
-    if kv_cache_dtype == "fp8_e5m2":
-        return (f"trtllm: no E5M2 KV cache (kv_cache_config.dtype fp8 is E4M3); {TRTLLM_OPTIONS_FILE} leaves the "
-                "dtype to the engine")
-    return ""
+        notes.append("sglang, vllm: no fp16 KV cache dtype; under their auto the cache takes the model's dtype, so "
+                     "the commands run the model in float16 (--dtype float16)")
+        notes.append(f"trtllm: no fp16 kv_cache_config.dtype; {TRTLLM_OPTIONS_FILE} runs the model in float16 "
+                     "(dtype), whose dtype its auto cache takes")
+        if checkpoint_fp8:
+            notes.append("sglang, vllm: this checkpoint states an FP8 KV cache, which their auto takes: they will "
+                         "store the cache in FP8, half the bytes the plan priced for fp16")
+            notes.append("trtllm: its auto takes this checkpoint's FP8 KV cache: it will store the cache in FP8, "
+                         "half the bytes the plan priced for fp16")
+    elif kv_cache_dtype == "bf16" and checkpoint_fp8:
+        notes.append("trtllm: its kv_cache_config.dtype takes auto, fp8 or nvfp4 only, and its auto takes this "
+                     "checkpoint's FP8 KV cache: it will store the cache in FP8, where the plan priced bf16")
+    elif kv_cache_dtype == "fp8_e5m2":
+        notes.append(f"trtllm: no E5M2 KV cache; {TRTLLM_OPTIONS_FILE} names fp8 (E4M3, the same bytes)")
+        notes.append("sglang: FlashAttention 3, its attention on Hopper, reads only E4M3 caches: with fp8_e5m2 it "
+                     "switches to its triton backend (server_args.py), which the plan does not price")
+    return notes
 
 
 def trtllm_options(config: Config, spec: Any = None, overlap: str = "auto",
@@ -832,14 +848,17 @@ def trtllm_options(config: Config, spec: Any = None, overlap: str = "auto",
     with ``decoding_type: Eagle``, ``max_draft_len`` and ``speculative_model_dir``; DeepSeek's
     MTP is ``decoding_type: MTP`` with ``num_nextn_predict_layers``), the overlap scheduler
     turned off (``disable_overlap_scheduler``, LLM API) for ``overlap`` ``off``, and an asked
-    KV cache dtype (``kv_cache_config.dtype``, :data:`TRTLLM_KV_DTYPES`)."""
+    KV cache dtype (``kv_cache_config.dtype``, :data:`TRTLLM_KV_DTYPES`; fp16 as the model's
+    ``dtype``)."""
     options: dict[str, Any] = {}
     if config.layout.dp > 1:
         options["enable_attention_dp"] = True
     if overlap == "off":
         options["disable_overlap_scheduler"] = True
-    if TRTLLM_KV_DTYPES.get(kv_cache_dtype):
+    if kv_cache_dtype in TRTLLM_KV_DTYPES:
         options["kv_cache_config"] = {"dtype": TRTLLM_KV_DTYPES[kv_cache_dtype]}
+    elif kv_cache_dtype == "fp16":
+        options["dtype"] = "float16"  # the LLM API's model dtype, which its auto cache takes
     if config.spec is not None:
         if spec is not None and spec.draft_model:
             options["speculative_config"] = {"decoding_type": "Eagle", "max_draft_len": config.spec.num_steps,
@@ -880,7 +899,7 @@ def launch_commands(request: PlanRequest, config: Config, devices_per_node: int,
 
 
 def launch_notes(request: PlanRequest, config: Config, spec: Any = None, *, expert_dtype: str,
-                 cuda_arch: int | None, scatter_off: str | None = None) -> list[str]:
+                 cuda_arch: int | None, scatter_off: str | None = None, checkpoint_fp8_kv: bool = False) -> list[str]:
     """What the launch commands cannot say with a flag (a checkpoint to serve instead, a
     DeepEP mode the engine cannot switch per step, an engine that moves the experts' tokens
     otherwise than the plan priced, TensorRT-LLM's options file, why sglang keeps an asked-for
@@ -889,7 +908,7 @@ def launch_notes(request: PlanRequest, config: Config, spec: Any = None, *, expe
 
     notes = [quantization_flags(engine, config.quantization)[1] for engine in ("sglang", "vllm", "trtllm")]
     options = trtllm_options(config, spec, request.overlap_scheduling, request.kv_cache_dtype)
-    notes.append(kv_cache_note(request.kv_cache_dtype))
+    notes += kv_cache_notes(request.kv_cache_dtype, checkpoint_fp8_kv)
     if options:  # JSON is YAML: the file's contents as they are to be written
         notes.append(f"trtllm: {TRTLLM_OPTIONS_FILE} holds {json.dumps(options)}")
     if config.layout.dp > 1 and config.layout.tp > 1:

@@ -89,6 +89,37 @@ def mtp_quant(config: Any, text: Any, action: str | None, profile: Any, engine: 
     return None if own == quant else own
 
 
+QUANT_ROLES = ("routed_experts", "dense", "attention_in", "attention_out")
+_CORES_FOR = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}
+"""A kernel dtype -> the tensor cores it needs (``peak_flops_per_s`` keys)."""
+_LABELS = {"fp8": "FP8", "fp4": "NVFP4"}
+
+
+def _missing_cores(quant: QuantPlan, device: Any) -> list[str]:
+    """The tensor cores ``quant``'s linears need that ``device`` lacks (``fp8``, ``fp4``)."""
+    return sorted({_CORES_FOR[s.kernel_dtype] for r in QUANT_ROLES if (s := getattr(quant, r)) is not None
+                   and s.kernel_dtype in _CORES_FOR and _CORES_FOR[s.kernel_dtype] not in device.peak_flops_per_s})
+
+
+def unservable(quant: QuantPlan, engine: Any, device: Any) -> tuple[str, str] | None:
+    """Why ``engine`` cannot serve ``quant`` on ``device``, and what would (None: it can):
+    :func:`quant_on_device`'s refusals."""
+    missing = _missing_cores(quant, device)
+    if not missing or (device.cuda_arch is None and "fp4" not in missing):
+        return None
+    if device.cuda_arch is None:
+        names = " and ".join(_LABELS[m] for m in missing)
+        return (f"{names} weights need {' and '.join(m.upper() for m in missing)} tensor cores or Marlin's CUDA "
+                f"kernels, and {device.name} has neither", "use an NVIDIA device")
+    for kind, refusal in (("fp4", engine.nvfp4_needs_fp4_cores), ("fp8", engine.fp8_needs_fp8_cores)):
+        if kind in missing and refusal:
+            label, example = _LABELS[kind], "B200" if kind == "fp4" else "H100"
+            return (f"{engine.name} does not serve {label} weights on {device.name}, which has no {kind.upper()} "
+                    f"tensor cores ({refusal})", f"use a device with them ({example}) or --engine vllm, which runs "
+                    f"{label} through Marlin's weight-only kernels")
+    return None
+
+
 def quant_on_device(quant: QuantPlan, engine: Any, device: Any) -> QuantPlan:
     """``quant`` as the engine runs it on ``device``. FP8 or NVFP4 weights on an NVIDIA GPU
     without FP8 or FP4 tensor cores run weight-only through Marlin (vLLM's and sglang's
@@ -96,35 +127,22 @@ def quant_on_device(quant: QuantPlan, engine: Any, device: Any) -> QuantPlan:
     same bytes, bf16 activations, no activation quantization, priced as Marlin's integer kernels
     (``w8a16``, ``w4a16``), which stream weights of the same width. Where the engine has no such
     path (:attr:`~infercast.engines.Engine.nvfp4_needs_fp4_cores`,
-    :attr:`~infercast.engines.Engine.fp8_needs_fp8_cores`) it is refused. Off NVIDIA, FP8 stays
-    priced at the device's bf16 rate (a dequantising kernel) and NVFP4 is refused."""
-    roles = ("routed_experts", "dense", "attention_in", "attention_out")
-    lacking = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}
-    labels = {"fp8": "FP8", "fp4": "NVFP4"}
-    missing = sorted({lacking[s.kernel_dtype] for r in roles if (s := getattr(quant, r)) is not None
-                      and s.kernel_dtype in lacking and lacking[s.kernel_dtype] not in device.peak_flops_per_s})
-    if not missing:
-        return quant
-    if device.cuda_arch is None and "fp4" not in missing:
-        return quant  # FP8 elsewhere (Ascend): priced at the bf16 rate, as a dequantising kernel runs it
-    names = " and ".join(labels[m] for m in missing)
-    if device.cuda_arch is None:
-        raise InfercastError(f"{names} weights need {' and '.join(m.upper() for m in missing)} tensor cores or "
-                             f"Marlin's CUDA kernels, and {device.name} has neither; use an NVIDIA device")
-    for kind, refusal in (("fp4", engine.nvfp4_needs_fp4_cores), ("fp8", engine.fp8_needs_fp8_cores)):
-        if kind in missing and refusal:
-            label = labels[kind]
-            example = "B200" if kind == "fp4" else "H100"
-            raise InfercastError(f"{engine.name} does not serve {label} weights on {device.name}, which has no "
-                                 f"{kind.upper()} tensor cores ({refusal}); use a device with them ({example}) or "
-                                 f"--engine vllm, which runs {label} through Marlin's weight-only kernels")
+    :attr:`~infercast.engines.Engine.fp8_needs_fp8_cores`) it is refused (:func:`unservable`). Off
+    NVIDIA, FP8 stays priced at the device's bf16 rate (a dequantising kernel) and NVFP4 is refused."""
+    refused = unservable(quant, engine, device)
+    if refused is not None:
+        raise InfercastError("; ".join(refused))
+    missing = _missing_cores(quant, device)
+    if not missing or device.cuda_arch is None:
+        return quant  # off NVIDIA, FP8 is priced at the bf16 rate, as a dequantising kernel runs it
+    names = " and ".join(_LABELS[m] for m in missing)
 
     def marlin(s: QuantScheme | None) -> QuantScheme | None:
-        if s is None or lacking.get(s.kernel_dtype) not in missing:
+        if s is None or _CORES_FOR.get(s.kernel_dtype) not in missing:
             return s
         return replace(s, compute_dtype="bf16", dynamic_activation=False)
 
-    return replace(quant, **{r: marlin(getattr(quant, r)) for r in roles},
+    return replace(quant, **{r: marlin(getattr(quant, r)) for r in QUANT_ROLES},
                    source=f"{quant.source}; {names} weight-only through Marlin on {device.name}, which has no "
                           f"{' or '.join(m.upper() for m in missing)} tensor cores")
 

@@ -255,6 +255,22 @@ def test_models_lists_the_shipped_configs_its_profiles_serve(capsys) -> None:
     assert {r["ref"] for r in listed["models"]} & set(shipped) == set()
 
 
+def test_an_unknown_model_error_names_the_shipped_configs_too(monkeypatch) -> None:
+    """The checkpoints aiconfigurator-core ships configs for resolve offline, so an unknown
+    model's error lists them beside the bundled models; those without an adapter profile do not."""
+    import infercast_adapters.config as config
+
+    def no_hub(*args, **kwargs):
+        raise OSError("no hub in this test")
+
+    monkeypatch.setattr(config, "load_hub_config", no_hub)
+    with pytest.raises(InfercastError) as info:
+        _sim("nobody/nothing-here")
+    offline = str(info.value).split("Models available offline: ", 1)[1].split(". ", 1)[0].split(", ")
+    assert "deepseek-ai/DeepSeek-V3" in offline and "nvidia/DeepSeek-V3.1-NVFP4" in offline
+    assert "deepseek-ai/DeepSeek-V3.2" not in offline  # deepseek_v32: no profile
+
+
 def test_plan_leaves_out_a_quantization_the_engine_cannot_serve_and_says_why() -> None:
     from infercast.plan import Planner, PlanRequest
 

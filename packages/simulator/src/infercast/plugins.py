@@ -54,9 +54,25 @@ def get_devices() -> DeviceRegistry:
     return devices_from(get_manager())
 
 
-def known_model_refs(manager: AdapterManager | None = None) -> list[str]:
-    """Model and draft references that resolve offline, as the plugins name them."""
-    return [ref.ref for ref, _ in (manager or get_manager()).models()]
+class OfflineRefs:
+    """Model and draft references that resolve offline, read only when iterated (an unknown
+    model's error lists them): the plugins' own, then the configs aiconfigurator-core ships for a
+    model type with an adapter profile (:func:`~infercast.builtin_models.aiconfigurator_models`)."""
+
+    def __init__(self, manager: AdapterManager) -> None:
+        self.manager = manager
+
+    def __iter__(self):
+        from infercast.builtin_models import aiconfigurator_models
+
+        yield from (ref.ref for ref, _ in self.manager.models())
+        profiles, aliases = self.manager.profiles(), self.manager.config_aliases()
+        yield from (row["ref"] for row in aiconfigurator_models(lambda t: t in profiles or aliases.get(t) in profiles))
+
+
+def known_model_refs(manager: AdapterManager | None = None) -> OfflineRefs:
+    """Model and draft references that resolve offline (:class:`OfflineRefs`)."""
+    return OfflineRefs(manager or get_manager())
 
 
 def served_model(model: str, manager: AdapterManager | None = None) -> str:

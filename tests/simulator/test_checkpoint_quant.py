@@ -269,6 +269,14 @@ def test_an_unknown_model_error_names_the_shipped_configs_too(monkeypatch) -> No
     offline = str(info.value).split("Models available offline: ", 1)[1].split(". ", 1)[0].split(", ")
     assert "deepseek-ai/DeepSeek-V3" in offline and "nvidia/DeepSeek-V3.1-NVFP4" in offline
     assert "deepseek-ai/DeepSeek-V3.2" not in offline  # deepseek_v32: no profile
+    # a model that resolves never reads the shipped configs' list
+    import infercast.builtin_models as builtin
+
+    def unread(*args, **kwargs):
+        raise AssertionError("the offline list was read for a model that resolves")
+
+    monkeypatch.setattr(builtin, "aiconfigurator_models", unread)
+    assert _sim("meta-llama/Llama-3.1-8B-Instruct").step_latency_ms > 0
 
 
 def test_plan_leaves_out_a_quantization_the_engine_cannot_serve_and_says_why() -> None:
@@ -381,7 +389,36 @@ def test_launch_notes_say_what_a_kv_cache_flag_cannot() -> None:
     assert "trtllm: no E5M2 KV cache" in e5m2 and "switches to its triton backend" in e5m2
     assert "will store the cache in FP8, where the plan priced bf16" in notes("nvidia/Llama-3.1-70B-Instruct-FP8",
                                                                              "bf16")
+    assert "FP8" not in notes("meta-llama/Llama-3.1-70B-Instruct", "bf16")  # a bf16 checkpoint: its auto is bf16
     assert "KV cache" not in notes("nvidia/Llama-3.1-70B-Instruct-FP8", "auto")
+    # FlashAttention 3 is sglang's attention on Hopper only: no switch to note on a B200
+    planner = Planner(PlanRequest(model="meta-llama/Llama-3.1-70B-Instruct", device="B200", num_devices=(8,),
+                                  batches=(8,), speculative=(), kv_cache_dtype="fp8_e5m2"))
+    assert not any("triton backend" in n for n in planner.notes_for(planner.run().best))
+
+
+def test_under_a_quantization_action_the_commands_name_the_priced_bf16_cache() -> None:
+    """A quantization action replaces the checkpoint, and the plan prices --kv-cache-dtype auto as
+    bf16: the commands point at another checkpoint, which may state an FP8 cache that the engines'
+    auto would take, so sglang and vLLM name bf16 and TensorRT-LLM, which cannot, gets a note."""
+    from infercast.plan import (Config, Layout, Planner, PlanRequest, launch_notes, sglang_command, trtllm_options,
+                                vllm_command)
+
+    request = PlanRequest(model="meta-llama/Llama-3.1-70B-Instruct", device="B200")
+    config = Config(Layout(8, 8, 1, 1), "NVFP4", 16, None)
+    sglang = sglang_command(request, config, 8, expert_dtype="nvfp4", cuda_arch=100)
+    vllm = vllm_command(request, config)
+    assert sglang[sglang.index("--kv-cache-dtype") + 1] == "bf16"
+    assert vllm[vllm.index("--kv-cache-dtype") + 1] == "bfloat16"
+    assert "kv_cache_config" not in trtllm_options(config, kv_cache_dtype="bf16")
+    notes = launch_notes(request, config, expert_dtype="nvfp4", cuda_arch=100)
+    assert any(n.startswith("trtllm: its kv_cache_config.dtype takes auto, fp8 or nvfp4 only") for n in notes)
+    w4a16 = launch_notes(request, Config(Layout(8, 8, 1, 1), "W4A16", 16, None), expert_dtype="w4a16", cuda_arch=100)
+    assert not any("kv_cache_config" in n for n in w4a16)  # GPTQ/AWQ checkpoints are not ModelOpt's
+    # the checkpoint's own FP8 cache is not what the engines read under an action
+    fp8 = Planner(PlanRequest(model="nvidia/Llama-3.1-70B-Instruct-FP8", device="H200", num_devices=(8,), batches=(8,),
+                              speculative=()))
+    assert fp8.checkpoint_fp8_kv(None) is True and fp8.checkpoint_fp8_kv("FP8") is False
 
 
 def test_an_fp16_kv_cache_is_launched_as_the_model_dtype() -> None:
@@ -406,6 +443,7 @@ def test_fp8_weights_off_nvidia_keep_the_bf16_rate_nvfp4_is_refused() -> None:
     result = _sim("deepseek-ai/DeepSeek-V3", device="ATLAS_800_A3_752T_128G_DIE", num_devices=16,
                   num_hidden_layers_override=4)
     assert result.quantization.startswith("FP8_BLOCK (checkpoint fp8 128x128 blocks)")
-    with pytest.raises(InfercastError, match=r"NVFP4 weights need FP4 tensor cores or Marlin's CUDA kernels"):
+    with pytest.raises(InfercastError, match=r"NVFP4 weights need FP4 tensor cores or Marlin's CUDA kernels, and "
+                                             r"ATLAS_800_A3_752T_128G_DIE has neither; use an NVIDIA device"):
         _sim("deepseek-ai/DeepSeek-V3", device="ATLAS_800_A3_752T_128G_DIE", num_devices=16,
              num_hidden_layers_override=4, quantize_linear_action="NVFP4")

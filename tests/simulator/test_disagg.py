@@ -225,13 +225,14 @@ def test_disaggregated_launch_notes_carry_the_kv_cache_and_refusal_notes() -> No
     request = PlanRequest(model="nvidia/Llama-3.1-70B-Instruct-FP8", device="H100", kv_cache_dtype="fp16")
     planner = _command_planner(request, "fp8")
     planner.checkpoint_fp8_kv = lambda quantization: True
-    planner.refusals_by_other_engines = lambda quantization, engines=(): [f"{engines[0]}: refuses"]
+    planner.refusals_by_other_engines = lambda quantization, engines=(): [f"{name}: refuses" for name in engines]
     tp8 = Layout(8, 8, 1, 1)
     config = _pools(tp8, batch=64, two_batch_overlap=False)
     notes = launch_notes(planner, config)
     assert any(n.startswith("sglang, vllm: this checkpoint states an FP8 KV cache") for n in notes)
     assert not any("trtllm" in n for n in notes)
-    assert [n for n in notes if n.endswith("refuses")] == ["prefill pool, sglang: refuses", "decode pool, sglang: refuses"]
+    assert [n for n in notes if n.endswith("refuses")] == ["prefill pool, sglang: refuses", "prefill pool, vllm: refuses",
+                                                           "decode pool, sglang: refuses", "decode pool, vllm: refuses"]
 
 
 def test_two_batch_overlap_is_offered_and_launched_only_where_the_engine_has_an_all_to_all() -> None:

@@ -361,7 +361,7 @@ def launch_notes(planner: Planner, config: DisaggConfig) -> list[str]:
     otherwise than the plan priced, a two-batch overlap sglang cannot run, and the prefill pool's
     scattered attention input (chosen, asked for and refused, or without an equivalent)."""
     from infercast.engines import engine_named
-    from infercast.plan import dispatch_notes, kv_cache_notes, scatter_note
+    from infercast.plan import dispatch_notes, kv_cache_notes, launched_kv_dtype, scatter_note
 
     r, arch = planner.request, planner.device.cuda_arch
     notes = []
@@ -377,9 +377,11 @@ def launch_notes(planner: Planner, config: DisaggConfig) -> list[str]:
             notes.append(f"prefill pool, sglang: runs {flag}, which serves more requests/s on {p.layout.describe()} "
                          "than without it (each prefill pool where sglang offers it is priced both ways)")
         notes.append(f"prefill pool, vllm: no equivalent of sglang's {flag}, which the plan priced the pool with")
-    asked = r.kv_cache_dtype
-    notes += [note for note in kv_cache_notes(asked, planner.checkpoint_fp8_kv(p.quantization))
-              if not note.startswith("trtllm")]
+    d = config.decode
+    for pool, choice in (("prefill", p), ("decode", d)) if p.quantization != d.quantization else (("", p),):
+        notes += [f"{pool} pool, {note}" if pool else note for note in kv_cache_notes(
+            launched_kv_dtype(r.kv_cache_dtype, choice.quantization), planner.checkpoint_fp8_kv(choice.quantization),
+            cuda_arch=arch) if not note.startswith("trtllm")]
     for pool, choice in (("prefill", config.prefill), ("decode", config.decode)):
         notes += [f"{pool} pool, {note}" for note in planner.refusals_by_other_engines(choice.quantization,
                                                                                       ("sglang", "vllm"))]

@@ -764,7 +764,7 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
     if nodes > 1:
         cmd += ["--nnodes", str(nodes), "--node-rank", "0", "--dist-init-addr", "MASTER_IP:5000"]
     cmd += quantization_flags("sglang", config.quantization)[0]
-    cmd += kv_cache_flags("sglang", request.kv_cache_dtype)
+    cmd += kv_cache_flags("sglang", launched_kv_dtype(request.kv_cache_dtype, config.quantization))
     cmd += ["--max-running-requests", str(config.batch)]
     fraction = request.mem_fraction_static if request.mem_fraction_static is not None else mem_fraction
     if fraction is not None:
@@ -806,6 +806,18 @@ VLLM_KV_DTYPES = {"bf16": "bfloat16", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8
 """vLLM's ``--kv-cache-dtype`` choices (``CacheDType``, config/cache.py, 0.16) for ours."""
 
 
+MODELOPT_TARGETS = ("FP8", "NVFP4")
+"""Quantization actions whose checkpoints TensorRT-LLM reads come from NVIDIA's ModelOpt, which
+often stores an FP8 KV cache (``kv_cache_quant_algo``) that an engine's auto takes."""
+
+
+def launched_kv_dtype(asked: str, quantization: str | None) -> str:
+    """The KV cache dtype the launch commands name: the one asked, except ``auto`` under a
+    quantization action, which the plan prices as bf16 (:func:`~infercast.simulate.resolve_kv_cache_dtype`)
+    and the commands therefore name, since the checkpoint they are pointed at may state FP8."""
+    return "bf16" if asked == "auto" and quantization else asked
+
+
 def kv_cache_flags(engine: str, kv_cache_dtype: str) -> list[str]:
     """sglang's or vLLM's flags for ``--kv-cache-dtype``: none for ``auto`` (the engine's own auto
     reads the checkpoint's, as the plan's does); an fp16 cache, which neither names, is the
@@ -816,10 +828,17 @@ def kv_cache_flags(engine: str, kv_cache_dtype: str) -> list[str]:
     return ["--kv-cache-dtype", names[kv_cache_dtype]] if kv_cache_dtype in names else []
 
 
-def kv_cache_notes(kv_cache_dtype: str, checkpoint_fp8: bool = False) -> list[str]:
-    """What the launch commands cannot say of ``--kv-cache-dtype`` with a flag (``checkpoint_fp8``:
-    the checkpoint states an FP8 KV cache, which an engine's auto takes)."""
+def kv_cache_notes(kv_cache_dtype: str, checkpoint_fp8: bool = False, *, cuda_arch: int | None = None,
+                   action: bool = False) -> list[str]:
+    """What the launch commands cannot say of ``--kv-cache-dtype`` with a flag (``kv_cache_dtype``:
+    :func:`launched_kv_dtype`'s; ``checkpoint_fp8``: the checkpoint states an FP8 KV cache, which
+    an engine's auto takes; ``cuda_arch``: the devices' compute capability; ``action``: a
+    quantization action points the commands at another checkpoint, one of :data:`MODELOPT_TARGETS`'s
+    that may state an FP8 cache)."""
     notes = []
+    takes = ("its auto takes this checkpoint's FP8 KV cache: it will store the cache in FP8" if checkpoint_fp8 else
+             "its auto takes an FP8 KV cache where the checkpoint the command is pointed at states one: it would "
+             "store the cache in FP8")
     if kv_cache_dtype == "fp16":
         notes.append("sglang, vllm: no fp16 KV cache dtype; under their auto the cache takes the model's dtype, so "
                      "the commands run the model in float16 (--dtype float16)")
@@ -828,15 +847,16 @@ def kv_cache_notes(kv_cache_dtype: str, checkpoint_fp8: bool = False) -> list[st
         if checkpoint_fp8:
             notes.append("sglang, vllm: this checkpoint states an FP8 KV cache, which their auto takes: they will "
                          "store the cache in FP8, half the bytes the plan priced for fp16")
-            notes.append("trtllm: its auto takes this checkpoint's FP8 KV cache: it will store the cache in FP8, "
-                         "half the bytes the plan priced for fp16")
-    elif kv_cache_dtype == "bf16" and checkpoint_fp8:
-        notes.append("trtllm: its kv_cache_config.dtype takes auto, fp8 or nvfp4 only, and its auto takes this "
-                     "checkpoint's FP8 KV cache: it will store the cache in FP8, where the plan priced bf16")
+        if checkpoint_fp8 or action:
+            notes.append(f"trtllm: {takes}, half the bytes the plan priced for fp16")
+    elif kv_cache_dtype == "bf16" and (checkpoint_fp8 or action):
+        notes.append(f"trtllm: its kv_cache_config.dtype takes auto, fp8 or nvfp4 only, and {takes}, where the plan "
+                     "priced bf16")
     elif kv_cache_dtype == "fp8_e5m2":
         notes.append(f"trtllm: no E5M2 KV cache; {TRTLLM_OPTIONS_FILE} names fp8 (E4M3, the same bytes)")
-        notes.append("sglang: FlashAttention 3, its attention on Hopper, reads only E4M3 caches: with fp8_e5m2 it "
-                     "switches to its triton backend (server_args.py), which the plan does not price")
+        if cuda_arch == 90:
+            notes.append("sglang: FlashAttention 3, its attention on Hopper, reads only E4M3 caches: with fp8_e5m2 it "
+                         "switches to its triton backend (server_args.py), which the plan does not price")
     return notes
 
 
@@ -879,7 +899,8 @@ def trtllm_command(request: PlanRequest, config: Config, spec: Any = None) -> li
     if layout.ep > 1:
         cmd += ["--ep_size", str(layout.ep)]
     cmd += ["--max_batch_size", str(config.batch)]
-    if trtllm_options(config, spec, request.overlap_scheduling, request.kv_cache_dtype):
+    if trtllm_options(config, spec, request.overlap_scheduling,
+                      launched_kv_dtype(request.kv_cache_dtype, config.quantization)):
         cmd += ["--extra_llm_api_options", TRTLLM_OPTIONS_FILE]
     return cmd
 
@@ -907,8 +928,10 @@ def launch_notes(request: PlanRequest, config: Config, spec: Any = None, *, expe
     import json
 
     notes = [quantization_flags(engine, config.quantization)[1] for engine in ("sglang", "vllm", "trtllm")]
-    options = trtllm_options(config, spec, request.overlap_scheduling, request.kv_cache_dtype)
-    notes += kv_cache_notes(request.kv_cache_dtype, checkpoint_fp8_kv)
+    kv_dtype = launched_kv_dtype(request.kv_cache_dtype, config.quantization)
+    options = trtllm_options(config, spec, request.overlap_scheduling, kv_dtype)
+    notes += kv_cache_notes(kv_dtype, checkpoint_fp8_kv, cuda_arch=cuda_arch,
+                            action=config.quantization in MODELOPT_TARGETS)
     if options:  # JSON is YAML: the file's contents as they are to be written
         notes.append(f"trtllm: {TRTLLM_OPTIONS_FILE} holds {json.dumps(options)}")
     if config.layout.dp > 1 and config.layout.tp > 1:
@@ -1004,7 +1027,7 @@ def vllm_command(request: PlanRequest, config: Config, spec: Any = None,
         backend = "allgather_reducescatter" if request.moe_all_to_all == "off" else all2all
         cmd += ["--enable-expert-parallel"] + (["--all2all-backend", backend] if layout.dp > 1 else [])
     cmd += quantization_flags("vllm", config.quantization)[0]
-    cmd += kv_cache_flags("vllm", request.kv_cache_dtype)
+    cmd += kv_cache_flags("vllm", launched_kv_dtype(request.kv_cache_dtype, config.quantization))
     # each vLLM DP rank is an engine of its own, with its own scheduler: its share of the running
     # requests and of the chunk (sglang's --max-running-requests and chunk are the instance's)
     cmd += ["--max-num-seqs", str(-(-config.batch // layout.dp))]

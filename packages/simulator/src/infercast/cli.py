@@ -79,12 +79,10 @@ def _cmd_models(args: argparse.Namespace, console: Console) -> int:
                 "setting": f"s{o.steps} k{o.topk} n{o.draft_tokens}", "accept_length": o.accept_length,
                 "datasets": dict(o.datasets), "swept_by_plan": o.default, "source": o.source}
                for o in manager.speculative_options()]
-    from infercast.builtin_models import aiconfigurator_models
+    from infercast.plugins import shipped_configs
 
-    aliases = manager.config_aliases()
     named = {r["ref"].lower() for r in refs}
-    shipped = [r for r in aiconfigurator_models(lambda t: t in profiles or aliases.get(t) in profiles)
-               if r["ref"].lower() not in named]
+    shipped = [r for r in shipped_configs(manager) if r["ref"].lower() not in named]
     if args.json:
         print(json.dumps({"model_types": rows, "models": refs, "speculative": options,
                           "aiconfigurator_configs": shipped}, indent=2))

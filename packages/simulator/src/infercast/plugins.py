@@ -63,11 +63,17 @@ class OfflineRefs:
         self.manager = manager
 
     def __iter__(self):
-        from infercast.builtin_models import aiconfigurator_models
-
         yield from (ref.ref for ref, _ in self.manager.models())
-        profiles, aliases = self.manager.profiles(), self.manager.config_aliases()
-        yield from (row["ref"] for row in aiconfigurator_models(lambda t: t in profiles or aliases.get(t) in profiles))
+        yield from (row["ref"] for row in shipped_configs(self.manager))
+
+
+def shipped_configs(manager: AdapterManager) -> list[dict[str, str]]:
+    """The configs aiconfigurator-core ships for a model type ``manager`` has a profile for, an
+    aliased type included (:func:`~infercast.builtin_models.aiconfigurator_models`)."""
+    from infercast.builtin_models import aiconfigurator_models
+
+    profiles, aliases = manager.profiles(), manager.config_aliases()
+    return aiconfigurator_models(lambda t: t in profiles or aliases.get(t) in profiles)
 
 
 def known_model_refs(manager: AdapterManager | None = None) -> OfflineRefs:

@@ -44,8 +44,9 @@ tables) of the published H20 timings with 16 or more rows an expert
 the tables (``marlin_moe_compute``); its streaming (``marlin_moe_stream``) is a line through
 each device's Marlin MoE tables at 1-4 tokens, the SMs' limit from the faster per SM and the
 memory's from the smaller share of HBM. Both apply to MXFP4 experts on sm_90 as well (vLLM runs
-them through the same Marlin MoE kernel when launched with Marlin); vLLM's own Marlin MXFP4 rows,
-one expert shape, are shown against the compute figure, not used.
+them through the same Marlin MoE kernel when launched with Marlin), the compute share scaled by
+the MXFP4 rows' own: the median share over the same curve of vLLM's and sglang's Marlin MXFP4
+MoE rows (one expert shape) on H100 and H200, over INT4's (``grouped_compute_scale``).
 """
 
 from __future__ import annotations
@@ -381,11 +382,12 @@ def main() -> int:
     print(f"== Marlin MoE compute-bound: {share:.3f} x w / (w + {half}) of bf16 peak on H100 and H200 (tables; median "
           f"relative error {error:.1%}); H20 (FlagGems PR 3609) {h20_share:.3f} x w / (w + {half}) from {len(h20)} "
           f"timings at {min(h20):.2f}-{max(h20):.2f} of peak")
-    points = marlin_moe_points([d for d in BUILTIN_DEVICES if d.name in ("H100", "H200")], "vllm", "mxfp4_w4a16")
-    error, vllm_share = share_at(points, half)
-    print(f"   vLLM's Marlin MXFP4 MoE (its tables' one expert shape): {vllm_share:.3f} x w / (w + {half}) over "
-          f"{len(points)} points on H100 and H200 (median relative error {error:.1%}), {vllm_share / share:.2f} of "
-          f"the figure used for both; shown, not used")
+    hoppers = [d for d in BUILTIN_DEVICES if d.name in ("H100", "H200")]
+    points = marlin_moe_points(hoppers, "vllm", "mxfp4_w4a16") + marlin_moe_points(hoppers, "sglang", "mxfp4_w4a16")
+    error, mxfp4_share = share_at(points, half)
+    print(f"   MXFP4 experts (vLLM's and sglang's Marlin MXFP4 MoE rows, one expert shape): {mxfp4_share:.3f} x w / "
+          f"(w + {half}) over {len(points)} points on H100 and H200 (median relative error {error:.1%}): "
+          f"grouped_compute_scale {{'mxfp4': {mxfp4_share / share:.2f}}}")
     return 0
 
 

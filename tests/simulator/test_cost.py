@@ -134,12 +134,20 @@ def test_a_compute_bound_marlin_moe_runs_its_real_rows_at_the_familys_own_share_
     bf16 = int4_moe_cost(4096, experts=64, hidden=4096, inter=1024, top_k=8, dtype="bf16")
     padded = analytic.expected_row_tiles(512, 64) * 64 / 512  # routed rows: 8.5 tiles an expert, not 8
     assert analytic.compute_seconds(bf16, H20, marlin) == pytest.approx(generic * padded, rel=0.05)
+    # MXFP4 experts in the same kernel (gpt-oss launched with Marlin): the same FLOPs at 0.75 of the share
+    mxfp4 = replace(big, kernel_dtype="mxfp4")
+    for device in (H20, H200):
+        marlin = device.efficiency.streams["marlin"]
+        assert marlin.grouped_share(1024, "mxfp4") == pytest.approx(0.75 * marlin.grouped_share(1024))
+        assert analytic.compute_seconds(mxfp4, device, marlin) == pytest.approx(
+            analytic.compute_seconds(big, device, marlin) / 0.75)
 
 
 @pytest.mark.parametrize("field, value, message", [
     ("memory", 0.0, "KernelStream.memory is 0.0; it must be in (0, 1]"),
     ("grouped_compute", 1.5, "KernelStream.grouped_compute is 1.5; it must be None or in (0, 1]"),
     ("grouped_half_width", -1, "KernelStream.grouped_half_width is -1; it must be >= 0"),
+    ("grouped_compute_scale", {"mxfp4": 1.5}, "KernelStream.grouped_compute_scale['mxfp4'] is 1.5; it must be in (0, 1]"),
 ])
 def test_a_kernel_stream_out_of_range_is_a_clear_error(field, value, message) -> None:
     from infercast_adapters import InfercastError

@@ -116,7 +116,7 @@ def compute_seconds(cost: OpCost, device: DeviceSpec, stream: KernelStream | Non
     eff = device.efficiency
     if cost.grouped and stream is not None and stream.grouped_compute and cost.kernel_dtype in stream.dtypes:
         width = cost.gemm_mnk[1] / 2 if cost.gemm_mnk else math.inf  # gate + up columns: twice the width
-        return cost.flops / (device.peak("bf16") * stream.grouped_share(width))
+        return cost.flops / (device.peak("bf16") * stream.grouped_share(width, cost.kernel_dtype))
     peak = device.peak(cost.compute_dtype)
     if cost.kind in ATTENTION_KINDS:
         fp8 = cost.compute_dtype == "fp8" and eff.attention_fp8 is not None

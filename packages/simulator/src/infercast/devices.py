@@ -49,6 +49,9 @@ class KernelStream:
     """The most of the HBM peak its grouped GEMMs stream at, whatever the SMs could take."""
     grouped_fixed_s: float = 0.0
     """Time on top of a grouped operator's stream, all its kernels together."""
+    grouped_compute_scale: Mapping[str, float] = field(default_factory=dict)
+    """Kernel dtypes whose grouped GEMMs reach this fraction of ``grouped_compute`` (measured
+    apart from the dtypes the figure was fitted to); a dtype not listed reaches all of it."""
 
     @property
     def grouped_stream(self) -> bool:
@@ -72,14 +75,17 @@ class KernelStream:
                 ("grouped_sm_bytes_per_s", self.grouped_sm_bytes_per_s,
                  self.grouped_sm_bytes_per_s is None or self.grouped_sm_bytes_per_s > 0, "None or > 0"),
                 ("grouped_memory", self.grouped_memory, 0 < self.grouped_memory <= 1, "in (0, 1]"),
-                ("grouped_fixed_s", self.grouped_fixed_s, self.grouped_fixed_s >= 0, ">= 0")):
+                ("grouped_fixed_s", self.grouped_fixed_s, self.grouped_fixed_s >= 0, ">= 0"),
+                *((f"grouped_compute_scale[{dtype!r}]", scale, 0 < scale <= 1, "in (0, 1]")
+                  for dtype, scale in self.grouped_compute_scale.items())):
             if not ok:
                 raise InfercastError(f"KernelStream.{name} is {value!r}; it must be {valid}")
 
-    def grouped_share(self, width: float) -> float:
-        """Share of the bf16 peak a grouped GEMM over experts ``width`` wide on this rank reaches."""
+    def grouped_share(self, width: float, kernel_dtype: str | None = None) -> float:
+        """Share of the bf16 peak a grouped GEMM of ``kernel_dtype`` over experts ``width`` wide on
+        this rank reaches."""
         narrowing = 1.0 if width == math.inf else width / (width + self.grouped_half_width)
-        return (self.grouped_compute or 0.0) * narrowing
+        return (self.grouped_compute or 0.0) * narrowing * self.grouped_compute_scale.get(kernel_dtype, 1.0)
 
 
 MARLIN_STREAM_SOURCE = (
@@ -92,6 +98,7 @@ MARLIN_STREAM_SOURCE = (
 MARLIN_SM90 = KernelStream(
     memory=0.520, fixed_s=7.67e-6, dtypes=frozenset({"w4a16", "mxfp4"}), grouped_compute=0.278, grouped_half_width=123,
     grouped_sm_bytes_per_s=22.71e9, grouped_memory=0.789, grouped_fixed_s=23.4e-6,
+    grouped_compute_scale={"mxfp4": 0.75},
     source=MARLIN_STREAM_SOURCE + " Its fused MoE, once compute-bound, reaches 0.278 x w / (w + 123) of the bf16 "
     "tensor peak for experts w wide on a rank (intermediate size / MoE TP): sglang 0.5.14's Marlin MoE tables on H100 "
     "and H200 (aiconfigurator-core) at EP 1 and 4,096-16,384 tokens, 340 points over MoE TP 1-32, medians 0.075 at "
@@ -103,10 +110,11 @@ MARLIN_SM90 = KernelStream(
     "3.00 TB/s + 23.9 us on H200 (median error 3.7%) and 2.64 TB/s + 22.9 us on H100 (6.1%); both have 132 SMs, so "
     "the H200 shows the SMs' limit and the H100, below it, its memory's. MXFP4 experts (gpt-oss) on these devices run "
     "the same kernel when an engine is launched with Marlin (vLLM's fused_marlin_moe with FP4 weights in groups of 32; "
-    "--moe-kernel marlin), priced at the same figures: vLLM 0.24.0's Marlin MXFP4 MoE rows, one expert shape (3,584 "
-    "hidden, 896 experts, top-16) on H100 and H200, reach 0.215 x w / (w + 123) once compute-bound, 0.77 of this "
-    "figure, and the figures price the 135 H200 rows at 0.75 of their time (median; "
-    "benchmarks/derive_device_constants.py, tests/simulator/test_kernels.py; vLLM's Marlin MoE reduces split K serially, use_atomic_add=False)")
+    "--moe-kernel marlin) and stream at the same figures; once compute-bound they reach 0.75 of the INT4 share: "
+    "vLLM 0.24.0's and sglang 0.5.14's Marlin MXFP4 MoE rows, one expert shape (3,584 hidden, 896 experts, top-16) at "
+    "EP 1 and 4,096-16,384 tokens on H100 and H200, 110 points, reach 0.209 x w / (w + 123) of the bf16 peak (vLLM's "
+    "0.214-0.220, sglang's 0.200) against INT4's 0.278 (benchmarks/derive_device_constants.py, "
+    "tests/simulator/test_kernels.py); a ratio, so the H20 applies it to its own INT4 share")
 MARLIN_H20 = replace(
     MARLIN_SM90, grouped_compute=0.360,
     source=MARLIN_STREAM_SOURCE + " On the H20, whose tensor rate is capped, its fused MoE reaches 0.360 x w / (w + "
@@ -343,6 +351,7 @@ class DeviceSpec:
                 "collective_floor_us": self.efficiency.collective_floor_s * 1e6,
                 "streams": {name: {"memory": k.memory, "fixed_us": k.fixed_s * 1e6, "dtypes": sorted(k.dtypes),
                                    "grouped_compute": k.grouped_compute, "grouped_half_width": k.grouped_half_width,
+                                   "grouped_compute_scale": dict(k.grouped_compute_scale),
                                    "grouped_sm_gb_per_s": (k.grouped_sm_bytes_per_s / 1e9
                                                            if k.grouped_sm_bytes_per_s is not None else None),
                                    "grouped_memory": k.grouped_memory, "grouped_fixed_us": k.grouped_fixed_s * 1e6,

@@ -365,6 +365,67 @@ def test_a_triton_moe_no_table_covers_streams_at_the_familys_figure_near_its_tab
     assert CostModel(DEVICES["H200"], "sglang").stream_kernel(behind, cost_of(behind)) is None
 
 
+def test_a_moe_tp_the_tables_lack_is_read_from_the_nearest_one_scaled_by_the_analytic_ratio() -> None:
+    """vLLM's H200 table times MiniMax-M2.5's FP8-block experts (256 of 1,536, top-8, 3,072 hidden)
+    on Triton at MoE TP 1, 2 and 4. At MoE TP8 the fused MoE is that shape's TP4 row times what the
+    analytic model gives TP8 over TP4 at the same tokens, labelled extrapolated and saying so; at
+    TP4 the row itself. Before, TP8 was analytic: 2-3 times fast at a prompt's thousands of tokens."""
+    from infercast.costmodel import moe_shape
+
+    model = CostModel(DEVICES["H200"], "vllm")
+    key = ("fp8_block", "triton", "balanced", 8, 256, 3072, 1536)
+    for tokens in (4, 4096):
+        at8 = model.price(fused_moe_record(tokens, 256, 3072, 192, 8, 8, "fp8_block"), PREFILL)
+        at4 = model.price(fused_moe_record(tokens, 256, 3072, 384, 8, 4, "fp8_block"), PREFILL)
+        assert at4.source in ("measured", "interpolated") and "MoE TP" not in at4.origin
+        scale = moe_shape(DEVICES["H200"], "fp8_block", 8, 256, 3072, 1536, 8)((1, tokens)) / moe_shape(
+            DEVICES["H200"], "fp8_block", 8, 256, 3072, 1536, 4)((1, tokens))
+        assert 0.5 < scale < 0.8
+        assert at8.source == EXTRAPOLATED and f"its MoE TP 4 row x{scale:.2f} for MoE TP 8" in at8.origin
+        assert at8.seconds == pytest.approx(at4.seconds * scale)
+        analytic_only = CostModel(DEVICES["H200"], "vllm", measured=False).price(
+            fused_moe_record(tokens, 256, 3072, 192, 8, 8, "fp8_block"), PREFILL)
+        if tokens == 4096:
+            assert at8.seconds > 1.5 * analytic_only.seconds
+    assert model.tables.table("moe").grid(key + (8,)) is None
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_moe_tp_held_out_of_the_tables_is_predicted_from_the_nearest_within_ten_percent(engine: str) -> None:
+    """Leave one out over the H200 tables: every balanced-routing expert shape timed at two or more
+    MoE TPs (EP 1), each TP predicted from the nearest other one by the analytic ratio
+    (:func:`infercast.costmodel.moe_shape`). At 1,024 tokens and more the median |error| is under
+    10%, and under what scaling the time by the TPs' ratio alone gives."""
+    import collections
+    import statistics
+
+    from infercast.costmodel import moe_shape
+
+    device = DEVICES["H200"]
+    moe = aic.load("moe", device.kernel_tables, engine, aic.default_version(device.kernel_tables, engine))
+    shapes: dict[tuple, dict[int, dict[float, float]]] = collections.defaultdict(dict)
+    for key in moe.keys():
+        if key[2] == "balanced":
+            points = {tokens: us for (ep, tokens), us in moe.grid(key).points() if ep == 1 and tokens >= 1024}
+            if points:
+                shapes[key[:-1]][key[-1]] = points
+    scaled, proportional = [], []
+    for (dtype, _, _, top_k, experts, hidden, inter), by_tp in shapes.items():
+        for tp, points in by_tp.items():
+            others = [other for other in by_tp if other != tp]
+            if not others:
+                continue
+            near = min(others, key=lambda other: (abs(math.log2(other / tp)), other))
+            for tokens, us in points.items():
+                if tokens in by_tp[near]:
+                    ratio = (moe_shape(device, dtype, top_k, experts, hidden, inter, tp)((1, tokens))
+                             / moe_shape(device, dtype, top_k, experts, hidden, inter, near)((1, tokens)))
+                    scaled.append(abs(by_tp[near][tokens] * ratio / us - 1))
+                    proportional.append(abs(by_tp[near][tokens] * near / tp / us - 1))
+    assert len(scaled) > 1000
+    assert statistics.median(scaled) < 0.10 and statistics.median(scaled) < statistics.median(proportional)
+
+
 def fused_mxfp4_moe(tokens: int, experts: int, hidden: int, inter: int, top_k: int, moe_tp: int = 1) -> OpRecord:
     """A fused MXFP4 MoE (gpt-oss's checkpoint format: FP4 weights two to a byte, one 8-bit scale
     per 32) over every expert on one GPU, ``inter`` wide on it, balanced routing."""

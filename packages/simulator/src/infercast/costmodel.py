@@ -17,6 +17,7 @@ counts and lengths; the MoE shape, routing and EP split; collective sizes and gr
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -548,18 +549,11 @@ def _moe_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -
     tokens = record["routed_rows"] / local * experts / top_k
     if record["distribution"] == "balanced":  # the tables spread tokens evenly: ask for the busiest rank's load
         tokens *= record["straggler"]
-    device = model.device
-    w = DTYPE_BYTES.get(dtype, 2.0)
 
-    def shape(c):
-        e, t = c
-        rows = t * top_k / e
-        active = min(experts / e, rows)
-        return analytic.kernel_time(OpCost(flops=6.0 * rows * hidden * inter / moe_tp,
-                                           compute_dtype=COMPUTE_DTYPE.get(dtype, "bf16"),
-                                           bytes=active * 3 * hidden * inter / moe_tp * w + rows * hidden * 4,
-                                           kernel_dtype=dtype, kind="gemm", kernels=5), device).seconds
+    def shape_at(tp: int) -> Callable[[tuple[float, ...]], float]:
+        return moe_shape(model.device, dtype, top_k, experts, hidden, inter, tp)
 
+    shape = shape_at(moe_tp)
     rest = (record["distribution"], top_k, experts, hidden, inter, moe_tp)
     if local < experts:  # expert parallel: behind DeepEP, its grouped GEMMs (low-latency layout in decode)
         kernel = None
@@ -573,10 +567,57 @@ def _moe_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -
                 kernel = own
     else:
         kernel = model.engine_kernel(dtype, rest)
+        if kernel is None:
+            near = _nearest_moe_tp(model, dtype, rest)
+            if near is not None:  # the same experts measured split over another MoE TP: its row, scaled
+                kernel, tp = near
+                scale = shape((ep, tokens)) / shape_at(tp)((ep, tokens))
+                return Query("moe", (dtype, kernel, *rest[:-1], tp), (ep, tokens), shape_at(tp), scale, EXTRAPOLATED,
+                             f"; its MoE TP {tp} row x{scale:.2f} for MoE TP {moe_tp}")
     if kernel is None:
         return None
     return Query("moe", (dtype, kernel, record["distribution"], top_k, experts, hidden, inter, moe_tp), (ep, tokens),
                  shape)
+
+
+def moe_shape(device: DeviceSpec, dtype: str, top_k: int, experts: int, hidden: int, inter: int,
+              moe_tp: int) -> Callable[[tuple[float, ...]], float]:
+    """The analytic time of a fused MoE at (EP, tokens) that the ``moe`` tables are interpolated
+    along: the experts' weights (a 1/``moe_tp`` slice) and the rows' activations streamed, their
+    FLOPs, five kernels. Its ratio between two MoE TPs carries a row measured at one to the other."""
+    w = DTYPE_BYTES.get(dtype, 2.0)
+
+    def shape(c: tuple[float, ...]) -> float:
+        e, t = c
+        rows = t * top_k / e
+        active = min(experts / e, rows)
+        return analytic.kernel_time(OpCost(flops=6.0 * rows * hidden * inter / moe_tp,
+                                           compute_dtype=COMPUTE_DTYPE.get(dtype, "bf16"),
+                                           bytes=active * 3 * hidden * inter / moe_tp * w + rows * hidden * 4,
+                                           kernel_dtype=dtype, kind="gemm", kernels=5), device).seconds
+    return shape
+
+
+def _nearest_moe_tp(model: CostModel, dtype: str, rest: tuple) -> tuple[str, int] | None:
+    """(kernel, MoE TP) of the rows that time the same experts (``rest``: routing, top-k, experts,
+    hidden, intermediate, MoE TP) split over another MoE TP, at EP 1: the engine's kernel as
+    :meth:`CostModel.engine_kernel` picks one, at the MoE TP nearest ``rest``'s in powers of two
+    (the smaller on a tie); None where no other MoE TP has them."""
+    *shape, target = rest
+    measured: dict[str, set[int]] = {}
+    for source in (model.calibration, model.tables):
+        if source is not None:
+            for key in source.table("moe").keys():
+                if key[0] == dtype and list(key[2:-1]) == shape and key[-1] != target and model.measured_at(
+                        "moe", key, 0, 1):
+                    measured.setdefault(key[1], set()).add(key[-1])
+    kernels = [k for k in model.engine.moe_kernels.get(dtype, ()) if k in measured]
+    if not kernels and model.moe_kernel == "auto":  # as engine_kernel: another kernel's rows before none
+        kernels = sorted(measured)
+    if not kernels:
+        return None
+    tps = measured[kernels[0]]
+    return kernels[0], min(tps, key=lambda tp: (abs(math.log2(tp / target)), tp))
 
 
 def _collective_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -> Query | None:

@@ -147,7 +147,8 @@ def test_a_compute_bound_marlin_moe_runs_its_real_rows_at_the_familys_own_share_
     ("memory", 0.0, "KernelStream.memory is 0.0; it must be in (0, 1]"),
     ("grouped_compute", 1.5, "KernelStream.grouped_compute is 1.5; it must be None or in (0, 1]"),
     ("grouped_half_width", -1, "KernelStream.grouped_half_width is -1; it must be >= 0"),
-    ("grouped_compute_scale", {"mxfp4": 1.5}, "KernelStream.grouped_compute_scale['mxfp4'] is 1.5; it must be in (0, 1]"),
+    ("grouped_compute_scale", (("mxfp4", 1.5),),
+     "KernelStream.grouped_compute_scale['mxfp4'] is 1.5; it must be in (0, 1]"),
 ])
 def test_a_kernel_stream_out_of_range_is_a_clear_error(field, value, message) -> None:
     from infercast_adapters import InfercastError

@@ -390,6 +390,29 @@ def test_a_moe_tp_the_tables_lack_is_read_from_the_nearest_one_scaled_by_the_ana
     assert model.tables.table("moe").grid(key + (8,)) is None
 
 
+def test_the_nearest_moe_tp_is_one_power_of_two_away_at_ep_1_and_a_calibration_files_first(tmp_path) -> None:
+    """Which row a MoE TP the tables lack reads. Only a MoE TP twice or half as large: further off
+    the scaled row is worse than the analytic price at a few tokens, so TP16 (rows at 1-4) stays
+    analytic. Only rows measured at EP 1: FlashInfer's CUTLASS rows of the shape time TP1 at EP
+    2-256 alone, so TP2 launched with that kernel is analytic, not their EP rows read at EP 1. Two
+    as near (TP4 in the tables, TP16 in a calibration file, for TP8): the calibration file's."""
+    h200 = DEVICES["H200"]
+    tables = CostModel(h200, "vllm")
+    assert tables.price(fused_moe_record(4096, 256, 3072, 96, 8, 16, "fp8_block"), PREFILL).source == "analytic"
+    cutlass = CostModel(h200, "vllm", moe_kernel="flashinfer_cutlass")
+    assert cutlass.tables.table("moe").grid(("fp8_block", "flashinfer_cutlass", "balanced", 8, 256, 3072, 1536, 1))
+    assert cutlass.price(fused_moe_record(4096, 256, 3072, 768, 8, 2, "fp8_block"), PREFILL).source == "analytic"
+    rows = [("fp8_block", "triton", "balanced", 8, 256, 3072, 1536, 16, 1, tokens, 100.0 * tokens ** 0.5)
+            for tokens in (1, 64, 4096)]
+    path = write_calibration(tmp_path / "cal.json", {"moe": rows}, device="H200", source="a test")
+    calibrated = CostModel(h200, "vllm", calibration=load_calibration(path, h200))
+    record = fused_moe_record(4096, 256, 3072, 192, 8, 8, "fp8_block")
+    from_file, from_tables = calibrated.price(record, PREFILL), tables.price(record, PREFILL)
+    assert "calibration" in from_file.origin and "its MoE TP 16 row" in from_file.origin
+    assert "moe vllm" in from_tables.origin and "its MoE TP 4 row" in from_tables.origin
+    assert from_file.source == from_tables.source == EXTRAPOLATED
+
+
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_a_moe_tp_held_out_of_the_tables_is_predicted_from_the_nearest_within_ten_percent(engine: str) -> None:
     """Leave one out over the H200 tables: every balanced-routing expert shape timed at two or more

@@ -600,24 +600,28 @@ def moe_shape(device: DeviceSpec, dtype: str, top_k: int, experts: int, hidden: 
 
 def _nearest_moe_tp(model: CostModel, dtype: str, rest: tuple) -> tuple[str, int] | None:
     """(kernel, MoE TP) of the rows that time the same experts (``rest``: routing, top-k, experts,
-    hidden, intermediate, MoE TP) split over another MoE TP, at EP 1: the engine's kernel as
-    :meth:`CostModel.engine_kernel` picks one, at the MoE TP nearest ``rest``'s in powers of two
-    (the smaller on a tie); None where no other MoE TP has them."""
+    hidden, intermediate, MoE TP) split over a MoE TP at most twice or half ``rest``'s, at EP 1:
+    the engine's kernel as :meth:`CostModel.engine_kernel` picks one, at the nearer MoE TP, a
+    calibration file's before the shipped tables', then the smaller. Further off, the analytic
+    ratio carries a row worse than the analytic price itself at a few tokens (docs/fidelity.md,
+    "The same experts at another MoE TP"); None there."""
     *shape, target = rest
-    measured: dict[str, set[int]] = {}
-    for source in (model.calibration, model.tables):
-        if source is not None:
-            for key in source.table("moe").keys():
-                if key[0] == dtype and list(key[2:-1]) == shape and key[-1] != target and model.measured_at(
-                        "moe", key, 0, 1):
-                    measured.setdefault(key[1], set()).add(key[-1])
+    measured: dict[str, dict[int, int]] = {}  # kernel -> MoE TP -> rank of the first source that has it
+    for rank, source in enumerate((model.calibration, model.tables)):
+        table = source.table("moe") if source is not None else None
+        for key in table.keys() if table is not None else ():
+            tp = key[-1]
+            if key[0] != dtype or list(key[2:-1]) != shape or tp == target or abs(math.log2(tp / target)) > 1:
+                continue
+            if any(coords[0] == 1 for coords, _ in table.grid(key).points()):  # EP 1: not DeepEP's rows alone
+                measured.setdefault(key[1], {}).setdefault(tp, rank)
     kernels = [k for k in model.engine.moe_kernels.get(dtype, ()) if k in measured]
     if not kernels and model.moe_kernel == "auto":  # as engine_kernel: another kernel's rows before none
         kernels = sorted(measured)
     if not kernels:
         return None
     tps = measured[kernels[0]]
-    return kernels[0], min(tps, key=lambda tp: (abs(math.log2(tp / target)), tp))
+    return kernels[0], min(tps, key=lambda tp: (abs(math.log2(tp / target)), tps[tp], tp))
 
 
 def _collective_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -> Query | None:

@@ -49,9 +49,10 @@ class KernelStream:
     """The most of the HBM peak its grouped GEMMs stream at, whatever the SMs could take."""
     grouped_fixed_s: float = 0.0
     """Time on top of a grouped operator's stream, all its kernels together."""
-    grouped_compute_scale: Mapping[str, float] = field(default_factory=dict)
-    """Kernel dtypes whose grouped GEMMs reach this fraction of ``grouped_compute`` (measured
-    apart from the dtypes the figure was fitted to); a dtype not listed reaches all of it."""
+    grouped_compute_scale: tuple[tuple[str, float], ...] = ()
+    """(kernel dtype, fraction) pairs: dtypes whose grouped GEMMs reach that fraction of
+    ``grouped_compute`` (measured apart from the dtypes the figure was fitted to); a dtype not
+    listed reaches all of it."""
 
     @property
     def grouped_stream(self) -> bool:
@@ -77,7 +78,7 @@ class KernelStream:
                 ("grouped_memory", self.grouped_memory, 0 < self.grouped_memory <= 1, "in (0, 1]"),
                 ("grouped_fixed_s", self.grouped_fixed_s, self.grouped_fixed_s >= 0, ">= 0"),
                 *((f"grouped_compute_scale[{dtype!r}]", scale, 0 < scale <= 1, "in (0, 1]")
-                  for dtype, scale in self.grouped_compute_scale.items())):
+                  for dtype, scale in self.grouped_compute_scale)):
             if not ok:
                 raise InfercastError(f"KernelStream.{name} is {value!r}; it must be {valid}")
 
@@ -85,7 +86,8 @@ class KernelStream:
         """Share of the bf16 peak a grouped GEMM of ``kernel_dtype`` over experts ``width`` wide on
         this rank reaches."""
         narrowing = 1.0 if width == math.inf else width / (width + self.grouped_half_width)
-        return (self.grouped_compute or 0.0) * narrowing * self.grouped_compute_scale.get(kernel_dtype, 1.0)
+        scale = dict(self.grouped_compute_scale).get(kernel_dtype, 1.0)
+        return (self.grouped_compute or 0.0) * narrowing * scale
 
 
 MARLIN_STREAM_SOURCE = (
@@ -98,7 +100,7 @@ MARLIN_STREAM_SOURCE = (
 MARLIN_SM90 = KernelStream(
     memory=0.520, fixed_s=7.67e-6, dtypes=frozenset({"w4a16", "mxfp4"}), grouped_compute=0.278, grouped_half_width=123,
     grouped_sm_bytes_per_s=22.71e9, grouped_memory=0.789, grouped_fixed_s=23.4e-6,
-    grouped_compute_scale={"mxfp4": 0.75},
+    grouped_compute_scale=(("mxfp4", 0.75),),
     source=MARLIN_STREAM_SOURCE + " Its fused MoE, once compute-bound, reaches 0.278 x w / (w + 123) of the bf16 "
     "tensor peak for experts w wide on a rank (intermediate size / MoE TP): sglang 0.5.14's Marlin MoE tables on H100 "
     "and H200 (aiconfigurator-core) at EP 1 and 4,096-16,384 tokens, 340 points over MoE TP 1-32, medians 0.075 at "

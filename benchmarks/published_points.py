@@ -55,7 +55,21 @@ def _kimi_k2_instruct() -> dict:
                                                   "weight_block_size": [128, 128]})
 
 
+# GLM-4.6 (zai-org/GLM-4.6, GLM-4.5's architecture with a longer context; 355B total, 32B active): 92
+# layers, the first three dense (12,288 wide), then 160 routed experts of 1,536 (top-8) beside one
+# shared expert, behind a 5,120-wide residual; 96 query heads and 8 KV heads of 128 with biased
+# projections and query-key norms, rotary on half of each head. Its shape as Megatron-LM trains it
+# (THUDM/slime scripts/models/glm4.5-355B-A32B.sh) and as the transformers docs size it (355B).
+GLM_4_6 = dict(model_type="glm4_moe", architectures=["Glm4MoeForCausalLM"], hidden_size=5120,
+               intermediate_size=12288, moe_intermediate_size=1536, num_hidden_layers=92, num_attention_heads=96,
+               num_key_value_heads=8, head_dim=128, n_routed_experts=160, n_shared_experts=1, num_experts_per_tok=8,
+               first_k_dense_replace=3, n_group=1, topk_group=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+               vocab_size=151552, max_position_embeddings=202752, attention_bias=True, partial_rotary_factor=0.5,
+               use_qk_norm=True, rope_theta=1e6, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+               torch_dtype="bfloat16")
+
 TRTLLM_090, NIM_180, VLLM_CI, COOKBOOK = "TRT-LLM 0.9.0", "NIM 1.8.0", "vLLM CI", "sgl-cookbook"
+COOKBOOK_MORE = "sgl-cookbook, more runs"
 COOKBOOK_AMD = "sgl-cookbook MI300X"
 SGLANG_PR = "sglang PR 13466"
 SGLANG_H20 = "sglang PR 7631"
@@ -86,6 +100,13 @@ SOURCES = {
               "output. DeepSeek-R1-0528 and Qwen3-235B-A22B-Instruct-2507 on 8 x B200 "
               "(SGLang 0.5.6.post1 / 0.5.6), Llama-3.1-70B on 8 x A100 (0.5.6), all --tp 8; MiniMax-M2.5 on 8 x B200 "
               "(0.5.8) and 8 x H100 (0.5.9), --tp 8 --ep 8 (the B200 1K run printed 6,091 input tokens)",
+    COOKBOOK_MORE: "sgl-project/sgl-cookbook, the same pages' other concurrency-1 runs, read 2026-11-27 and "
+                   "out of sample: the 1K/8K runs (the same ten 1K prompts, TTFT a second measurement of them; TPOT "
+                   "at 610 + 2,223) and the 8K/1K runs' TPOT (4,194 + 211) of the DeepSeek-R1, Qwen3-235B and "
+                   "Llama-3.1 pages; GLM-4.6 on 8 x B200 (SGLang 0.5.6.post1, --tp 8, bf16; page GLM/GLM-4.6.md); "
+                   "gpt-oss-120b on 8 x B200 (SGLang 0.5.6, --tp 8; page OpenAI/GPT-OSS.md): bench_serving's default "
+                   "ShareGPT prompts, 100 at concurrency 1, 33,178 tokens in and 21,251 out, priced at the mean "
+                   "prompt (332 tokens) and the mean context (332 + 106), the lengths not being printed",
     COOKBOOK_AMD: "sgl-project/sgl-cookbook, the same 'Speed Benchmark' runs (random 1K/1K, 1K/8K and 8K/1K at "
                   "--max-concurrency 1, 10 prompts) on 8 x MI300X with SGLang 0.5.7, --tp 8: "
                   "deepseek-ai/DeepSeek-V3.1 (page DeepSeek-V3_1.md) and moonshotai/Kimi-K2-Instruct (ROCm image "
@@ -319,6 +340,51 @@ def minimax_points(in_1k: dict, in_8k: dict) -> list[Published]:
     ]
 
 
+def cookbook_more_points(in_1k: dict, in_8k: dict, root: Path) -> list[Published]:
+    """The sgl-cookbook's other concurrency-1 runs (:data:`COOKBOOK_MORE`), added 2026-11-27 as
+    out of sample: nothing was changed to fit them. The 1K/8K runs send the same ten prompts as
+    the 1K/1K ones, so their TTFT is a second measurement of the same requests (DeepSeek-R1 153.0
+    and 125.8 ms, Qwen3-235B 99.0 and 110.6, GLM-4.6 155.6 and 160.2: 3-20% apart)."""
+    added = "2026-11-27"
+    glm = _config_dir("GLM-4.6", GLM_4_6, root)
+    r1 = ("deepseek-ai/DeepSeek-R1", "B200", 8, "0.5.6.post1")
+    qwen = ("Qwen/Qwen3-235B-A22B", "B200", 8, "0.5.6")
+    b200_glm = (glm, "B200", 8, "0.5.6.post1")
+    gpt_oss = ("openai/gpt-oss-120b", "B200", 8, "0.5.6")
+    sharegpt = dict(prompts=(332,) * 100, warm_first=True)
+    ttft, tpot = "client TTFT, mean", "client TPOT, mean"
+
+    def point(id_: str, what: str, measured: float, kind: str, run) -> Published:
+        return Published(id_, what, measured, kind, ttft if kind == "prefill" else tpot, COOKBOOK_MORE, run,
+                         added=added)
+
+    return [
+        point("C17", "GLM-4.6 bf16, 8 x B200 TP8, 1K prompts (mean 610)", 155.57, "prefill",
+              sglang_c1(*b200_glm, **in_1k)),
+        point("C18", "GLM-4.6 bf16, 8 x B200 TP8, 1K prompts again (1K/8K run)", 160.21, "prefill",
+              sglang_c1(*b200_glm, **in_1k)),
+        point("C19", "GLM-4.6 bf16, 8 x B200 TP8, 8K prompts (mean 4,194)", 189.48, "prefill",
+              sglang_c1(*b200_glm, **in_8k)),
+        point("C20", "GLM-4.6 bf16, 8 x B200 TP8, context 821", 14.81, "decode", sglang_c1(*b200_glm, context=821)),
+        point("C21", "GLM-4.6 bf16, 8 x B200 TP8, context 2,833", 14.92, "decode", sglang_c1(*b200_glm, context=2833)),
+        point("C22", "GLM-4.6 bf16, 8 x B200 TP8, context 4,405", 15.02, "decode", sglang_c1(*b200_glm, context=4405)),
+        point("C23", "gpt-oss-120b MXFP4, 8 x B200 TP8, ShareGPT prompts (mean 332)", 33.71, "prefill",
+              sglang_c1(*gpt_oss, **sharegpt)),
+        point("C24", "gpt-oss-120b MXFP4, 8 x B200 TP8, context 438", 2.31, "decode", sglang_c1(*gpt_oss, context=438)),
+        point("C25", "DeepSeek-R1 FP8, 8 x B200 TP8, 1K prompts again (1K/8K run)", 125.76, "prefill",
+              sglang_c1(*r1, **in_1k)),
+        point("C26", "DeepSeek-R1 FP8, 8 x B200 TP8, context 4,405", 9.26, "decode", sglang_c1(*r1, context=4405)),
+        point("C27", "Qwen3-235B-A22B bf16, 8 x B200 TP8, 1K prompts again (1K/8K run)", 110.60, "prefill",
+              sglang_c1(*qwen, **in_1k)),
+        point("C28", "Qwen3-235B-A22B bf16, 8 x B200 TP8, context 2,833", 10.23, "decode",
+              sglang_c1(*qwen, context=2833)),
+        point("C29", "Qwen3-235B-A22B bf16, 8 x B200 TP8, context 4,405", 10.31, "decode",
+              sglang_c1(*qwen, context=4405)),
+        point("C30", "Llama-3.1-70B bf16, 8 x A100 TP8, context 4,405", 18.80, "decode",
+              sglang_c1("meta-llama/Llama-3.1-70B-Instruct", "A100", 8, "0.5.6", context=4405)),
+    ]
+
+
 def points(root: Path) -> list[Published]:
     l7, l70 = _llama2("Llama-2-7B", root), _llama2("Llama-2-70B", root)
     mixtral22 = _config_dir("Mixtral-8x22B", MIXTRAL_8X22B, root)
@@ -369,6 +435,7 @@ def points(root: Path) -> list[Published]:
         Published("C10", "Llama-3.1-70B bf16, 8 x A100 TP8, context 821", 18.63, "decode", "client TPOT, mean",
                   COOKBOOK, sglang_c1(llama70, "A100", 8, "0.5.6", context=610 + 211)),
         *minimax_points(in_1k, in_8k),
+        *cookbook_more_points(in_1k, in_8k, root),
         Published("K1", "Kimi-K2-Instruct FP8, 8 x H200 TP8, 1,024 tokens", 95.154, "prefill",
                   "client TTFT, mean; prefill in piecewise CUDA graphs (on in the run, sglang's default from "
                   "0.5.10)", SGLANG_PR,

@@ -59,7 +59,8 @@ def _kimi_k2_instruct() -> dict:
 # layers, the first three dense (12,288 wide), then 160 routed experts of 1,536 (top-8) beside one
 # shared expert, behind a 5,120-wide residual; 96 query heads and 8 KV heads of 128 with biased
 # projections and query-key norms, rotary on half of each head. Its shape as Megatron-LM trains it
-# (THUDM/slime scripts/models/glm4.5-355B-A32B.sh) and as the transformers docs size it (355B).
+# (scripts/models/glm4.5-355B-A32B.sh in a copy of THUDM/slime, zyzshishui/slime) and as the
+# transformers docs size it (docs/source/en/model_doc/glm4_moe.md: 355B).
 GLM_4_6 = dict(model_type="glm4_moe", architectures=["Glm4MoeForCausalLM"], hidden_size=5120,
                intermediate_size=12288, moe_intermediate_size=1536, num_hidden_layers=92, num_attention_heads=96,
                num_key_value_heads=8, head_dim=128, n_routed_experts=160, n_shared_experts=1, num_experts_per_tok=8,

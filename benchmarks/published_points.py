@@ -102,9 +102,9 @@ SOURCES = {
               "(SGLang 0.5.6.post1 / 0.5.6), Llama-3.1-70B on 8 x A100 (0.5.6), all --tp 8; MiniMax-M2.5 on 8 x B200 "
               "(0.5.8) and 8 x H100 (0.5.9), --tp 8 --ep 8 (the B200 1K run printed 6,091 input tokens)",
     COOKBOOK_MORE: "sgl-project/sgl-cookbook, the same pages' other concurrency-1 runs, read 2026-11-27 and "
-                   "out of sample: the 1K/8K runs (the same ten 1K prompts, TTFT a second measurement of them; TPOT "
-                   "at 610 + 2,223) and the 8K/1K runs' TPOT (4,194 + 211) of the DeepSeek-R1, Qwen3-235B and "
-                   "Llama-3.1 pages; GLM-4.6 on 8 x B200 (SGLang 0.5.6.post1, --tp 8, bf16; page GLM/GLM-4.6.md); "
+                   "out of sample: the DeepSeek-R1 and Qwen3-235B pages' 1K/8K runs (the same ten 1K prompts, TTFT "
+                   "a second measurement of them; TPOT at 610 + 2,223, R1's being C4) and the 8K/1K runs' TPOT "
+                   "(4,194 + 211) of those pages and Llama-3.1's; GLM-4.6 on 8 x B200 (SGLang 0.5.6.post1, --tp 8, bf16; page GLM/GLM-4.6.md); "
                    "gpt-oss-120b on 8 x B200 (SGLang 0.5.6, --tp 8; page OpenAI/GPT-OSS.md): bench_serving's default "
                    "ShareGPT prompts, 100 at concurrency 1, 33,178 tokens in and 21,251 out, priced at the mean "
                    "prompt (332 tokens) and the mean context (332 + 106), the lengths not being printed",
@@ -345,7 +345,7 @@ def cookbook_more_points(in_1k: dict, in_8k: dict, root: Path) -> list[Published
     """The sgl-cookbook's other concurrency-1 runs (:data:`COOKBOOK_MORE`), added 2026-11-27 as
     out of sample: nothing was changed to fit them. The 1K/8K runs send the same ten prompts as
     the 1K/1K ones, so their TTFT is a second measurement of the same requests (DeepSeek-R1 153.0
-    and 125.8 ms, Qwen3-235B 99.0 and 110.6, GLM-4.6 155.6 and 160.2: 3-20% apart)."""
+    and 125.8 ms, Qwen3-235B 99.0 and 110.6, GLM-4.6 155.6 and 160.2: 3-22% apart)."""
     added = "2026-11-27"
     glm = _config_dir("GLM-4.6", GLM_4_6, root)
     r1 = ("deepseek-ai/DeepSeek-R1", "B200", 8, "0.5.6.post1")

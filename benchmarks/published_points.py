@@ -104,7 +104,8 @@ SOURCES = {
     COOKBOOK_MORE: "sgl-project/sgl-cookbook, the same pages' other concurrency-1 runs, read 2026-11-27 and "
                    "out of sample: the DeepSeek-R1 and Qwen3-235B pages' 1K/8K runs (the same ten 1K prompts, TTFT "
                    "a second measurement of them; TPOT at 610 + 2,223, R1's being C4) and the 8K/1K runs' TPOT "
-                   "(4,194 + 211) of those pages and Llama-3.1's; GLM-4.6 on 8 x B200 (SGLang 0.5.6.post1, --tp 8, bf16; page GLM/GLM-4.6.md); "
+                   "(4,194 + 211) of those pages and Llama-3.1's; GLM-4.6 on 8 x B200 (SGLang 0.5.6.post1, --tp 8, "
+                   "bf16; page GLM/GLM-4.6.md); "
                    "gpt-oss-120b on 8 x B200 (SGLang 0.5.6, --tp 8; page OpenAI/GPT-OSS.md): bench_serving's default "
                    "ShareGPT prompts, 100 at concurrency 1, 33,178 tokens in and 21,251 out, priced at the mean "
                    "prompt (332 tokens) and the mean context (332 + 106), the lengths not being printed",

@@ -87,6 +87,33 @@ def test_nvfp4_without_fp4_tensor_cores_runs_only_where_the_engine_has_marlin(tm
     assert not any(r.name.startswith("quantize_activation") for r in result.ops)  # bf16 activations
 
 
+@pytest.mark.parametrize("engine", ["sglang", "vllm", "trtllm"])
+def test_a_modelopt_fp8_checkpoint_loads_only_where_there_are_fp8_tensor_cores(tmp_path, engine) -> None:
+    """vLLM and sglang run FP8 weights through Marlin on Ampere, but their ModelOptFp8Config wants
+    compute capability 8.9, so a ModelOpt FP8 checkpoint on an A100 is refused, saying what would
+    run instead; TensorRT-LLM runs no FP8 there at all. The same checkpoint on an H100 is served,
+    and a DeepSeek-style FP8-block checkpoint (quant_method fp8) or the 16-bit one quantized
+    online runs through Marlin on the A100 in vLLM and sglang."""
+    modelopt = _model_dir(tmp_path, "modelopt", DENSE, MODELOPT_FP8)
+    if engine == "trtllm":
+        expected = r"trtllm does not serve FP8 weights on A100, which has no FP8 tensor cores"
+    else:
+        expected = (rf"{engine} does not load a ModelOpt FP8 checkpoint on A100, which has no FP8 tensor cores "
+                    rf"\(.*ModelOptFp8Config needs compute capability 8.9.*\); use a device with them \(H100\), "
+                    rf"or the model's 16-bit checkpoint quantized to FP8 online")
+    with pytest.raises(InfercastError, match=expected):
+        _sim(modelopt, device="A100", engine=engine)
+    assert "checkpoint modelopt FP8" in _sim(modelopt, device="H100", engine=engine).quantization
+    if engine == "trtllm":
+        return
+    blocks = dict(DENSE, quantization_config={"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                              "weight_block_size": [128, 128]})
+    for served in (_sim(_model_dir(tmp_path, "blocks", blocks), device="A100", engine=engine),
+                   _sim(_model_dir(tmp_path, "bf16", DENSE), device="A100", engine=engine,
+                        quantize_linear_action="FP8")):
+        assert served.quantization.endswith("FP8 weight-only through Marlin on A100, which has no FP8 tensor cores)")
+
+
 def test_modelopt_exclusions_keep_each_kind_of_linear_apart() -> None:
     """nvidia/DeepSeek-V3.1-NVFP4 lists, layer by layer, MLA's input projections as excluded and
     leaves the output projection, the experts and the shared experts in NVFP4."""

@@ -489,6 +489,9 @@ class Engine:
     fp8_needs_fp8_cores: str | None = None
     """Where the engine serves FP8 weights only on GPUs with FP8 tensor cores (sm_89 and later),
     its source; None: elsewhere (Ampere) it runs them through Marlin's FP8 weight-only kernels."""
+    modelopt_fp8_needs_fp8_cores: str | None = None
+    """Where the engine loads a ModelOpt FP8 checkpoint only on GPUs with FP8 tensor cores, though
+    it runs other FP8 weights through Marlin below them, its source; None: no such limit."""
     attention_writes_cache: bool = False
     """The engine's attention call stores the step's new keys and values (and, in TensorRT-LLM,
     applies RoPE) inside it, so the tables' attention rows include that write."""
@@ -699,6 +702,8 @@ register(Engine(
     # ModelOptFp4Config.get_min_capability() is 100; on sm_100 server_args.py picks the flashinfer_trtllm
     # MoE runner for modelopt_fp4 DeepSeek, Qwen3 and GLM models (0.5.9)
     nvfp4_needs_fp4_cores="sglang's ModelOptFp4Config needs compute capability 10.0 (get_min_capability, 0.5.9)",
+    modelopt_fp8_needs_fp8_cores="sglang's ModelOptFp8Config needs compute capability 8.9 (get_min_capability, "
+    "0.5.9), where its Fp8Config for other FP8 checkpoints needs 8.0 and runs Marlin below 8.9",
     custom_all_reduce=True, decode_graph_max_batch=256, prefill_graphs=SGLANG_PIECEWISE,
     eager_launch=SGLANG_EAGER, step=SGLANG_STEP, request=SGLANG_REQUEST, all_reduce_fusion=SGLANG_ALL_REDUCE_FUSION,
     eager_prefill_gap=SGLANG_EAGER_PREFILL_GAP,
@@ -745,6 +750,9 @@ register(Engine(
     moe_kernels={"w4a16": ("marlin",), "bf16": ("triton",), "fp8_block": ("triton", "flashinfer_cutlass"),
                  "fp8": ("flashinfer_cutlass", "cutlass"), "mxfp4_w4a16": ("triton", "marlin"),
                  "nvfp4": ("trtllm", "flashinfer_cutlass")},
+    modelopt_fp8_needs_fp8_cores="vLLM's ModelOptFp8Config needs compute capability 8.9 (get_min_capability, "
+    "quantization/modelopt.py, 0.16.0), where its Fp8Config for other FP8 checkpoints needs 7.5 and runs Marlin "
+    "below 8.9",
     custom_all_reduce=True, decode_graph_max_batch=512,
     prefill_graphs=PrefillGraphs(since=None, max_tokens_mla=None, blocked_by={}, max_tokens=512,
                                  source="vLLM V1 compiles the model with torch.compile and replays piecewise CUDA "

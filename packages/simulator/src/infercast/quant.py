@@ -101,6 +101,9 @@ class QuantPlan:
     checkpoint stores them apart from the MLPs (None: as ``dense``)."""
     attention_out: QuantScheme | None = None
     """Attention's output projection where the checkpoint stores it apart (None: as ``dense``)."""
+    checkpoint_method: str = ""
+    """The checkpoint's ``quant_method`` the engines load it through (``modelopt``, ``fp8``,
+    ``compressed-tensors``, ...); empty for a 16-bit checkpoint or a quantization action."""
 
     @property
     def attention_input(self) -> QuantScheme:
@@ -132,7 +135,7 @@ that kind of linear in 16 bits (any of them: a family names only some)."""
 
 
 def _role_plan(scheme: QuantScheme, excluded: Callable[[str], bool], profile: Any, layer: int,
-               source: str) -> QuantPlan:
+               source: str, method: str) -> QuantPlan:
     """The plan of a checkpoint that quantizes every linear to ``scheme`` except the modules
     ``excluded`` names, asked of layer ``layer`` (the last: earlier layers are the ones that
     checkpoints keep in 16 bits one by one) under the ``profile``'s layers path."""
@@ -142,7 +145,8 @@ def _role_plan(scheme: QuantScheme, excluded: Callable[[str], bool], profile: An
     dense = pick["dense"]
     return QuantPlan(pick["routed"], dense, source=source,
                      attention_in=None if pick["attention_in"] == dense else pick["attention_in"],
-                     attention_out=None if pick["attention_out"] == dense else pick["attention_out"])
+                     attention_out=None if pick["attention_out"] == dense else pick["attention_out"],
+                     checkpoint_method=method)
 
 
 def _matches(patterns: list[str], name: str) -> bool:
@@ -293,7 +297,7 @@ def _compressed_tensors(q: dict, profile: Any, layer: int) -> QuantPlan:
         what = "fp8 weight-only" if kind == "float" else f"int{bits} group {group}"
     ignore = _names(q.get("ignore"), "quantization_config ignore")
     return _role_plan(chosen, lambda name: _matches(ignore, name), profile, layer,
-                      f"checkpoint compressed-tensors {what}")
+                      f"checkpoint compressed-tensors {what}", "compressed-tensors")
 
 
 MODELOPT_ALGOS = {"FP8": "FP8", "FP8_PER_CHANNEL_PER_TOKEN": "FP8", "NVFP4": "NVFP4"}
@@ -325,7 +329,7 @@ def _modelopt(q: dict, profile: Any, layer: int) -> QuantPlan:
     kv = inner.get("kv_cache_quant_algo")
     note = f", {kv} KV cache" if isinstance(kv, str) and kv else ""
     return _role_plan(SCHEMES[MODELOPT_ALGOS[algo]], lambda name: _modelopt_excludes(excluded, name), profile,
-                      layer, f"checkpoint modelopt {algo}{note}")
+                      layer, f"checkpoint modelopt {algo}{note}", "modelopt")
 
 
 def _modelopt_excludes(patterns: list[str], name: str) -> bool:

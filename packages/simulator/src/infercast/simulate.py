@@ -117,6 +117,11 @@ def unservable(quant: QuantPlan, engine: Any, device: Any) -> tuple[str, str] | 
             return (f"{engine.name} does not serve {label} weights on {device.name}, which has no {kind.upper()} "
                     f"tensor cores ({refusal})", f"use a device with them ({example}) or --engine vllm, which runs "
                     f"{label} through Marlin's weight-only kernels")
+    if "fp8" in missing and quant.checkpoint_method == "modelopt" and engine.modelopt_fp8_needs_fp8_cores:
+        return (f"{engine.name} does not load a ModelOpt FP8 checkpoint on {device.name}, which has no FP8 tensor "
+                f"cores ({engine.modelopt_fp8_needs_fp8_cores})", f"use a device with them (H100), or the model's "
+                f"16-bit checkpoint quantized to FP8 online (FP8 as the quantization action), which {engine.name} "
+                f"runs through Marlin's FP8 weight-only kernels on {device.name}")
     return None
 
 

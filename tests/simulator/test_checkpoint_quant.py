@@ -90,28 +90,65 @@ def test_nvfp4_without_fp4_tensor_cores_runs_only_where_the_engine_has_marlin(tm
 @pytest.mark.parametrize("engine", ["sglang", "vllm", "trtllm"])
 def test_a_modelopt_fp8_checkpoint_loads_only_where_there_are_fp8_tensor_cores(tmp_path, engine) -> None:
     """vLLM and sglang run FP8 weights through Marlin on Ampere, but their ModelOptFp8Config wants
-    compute capability 8.9, so a ModelOpt FP8 checkpoint on an A100 is refused, saying what would
-    run instead; TensorRT-LLM runs no FP8 there at all. The same checkpoint on an H100 is served,
-    and a DeepSeek-style FP8-block checkpoint (quant_method fp8) or the 16-bit one quantized
-    online runs through Marlin on the A100 in vLLM and sglang."""
-    modelopt = _model_dir(tmp_path, "modelopt", DENSE, MODELOPT_FP8)
-    if engine == "trtllm":
-        expected = r"trtllm does not serve FP8 weights on A100, which has no FP8 tensor cores"
-    else:
-        expected = (rf"{engine} does not load a ModelOpt FP8 checkpoint on A100, which has no FP8 tensor cores "
-                    rf"\(.*ModelOptFp8Config needs compute capability 8.9.*\); use a device with them \(H100\), "
-                    rf"or the model's 16-bit checkpoint quantized to FP8 online")
-    with pytest.raises(InfercastError, match=expected):
-        _sim(modelopt, device="A100", engine=engine)
-    assert "checkpoint modelopt FP8" in _sim(modelopt, device="H100", engine=engine).quantization
+    compute capability 8.9, so a ModelOpt FP8 checkpoint (per tensor or per channel) on an A100 is
+    refused, saying what would run instead; TensorRT-LLM runs no FP8 there at all, and no longer
+    points at vLLM for this checkpoint. The same checkpoint on an H100 is served; a DeepSeek-style
+    FP8-block checkpoint, a compressed-tensors FP8 one (its W8A16 fallback) or the 16-bit one
+    quantized online run through Marlin on the A100 in vLLM and sglang."""
+    per_channel = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8_PER_CHANNEL_PER_TOKEN"}}
+    for name, hf_quant in (("modelopt", MODELOPT_FP8), ("per-channel", per_channel)):
+        modelopt = _model_dir(tmp_path, name, DENSE, hf_quant)
+        if engine == "trtllm":
+            expected = (r"trtllm does not serve FP8 weights on A100, which has no FP8 tensor cores \(.*\); use a "
+                        r"device with them \(H100\), or the model's 16-bit checkpoint \(not this ModelOpt one\)")
+        else:
+            expected = (rf"{engine} does not load a ModelOpt FP8 checkpoint on A100, which has no FP8 tensor cores "
+                        rf"\(.*ModelOptFp8Config needs compute capability 8.9.*\); use a device with them "
+                        rf"\(H100\), or the model's 16-bit checkpoint \(not this ModelOpt one\) quantized to FP8")
+        with pytest.raises(InfercastError, match=expected) as refused:
+            _sim(modelopt, device="A100", engine=engine)
+        assert "--engine vllm" not in str(refused.value)
+        assert "checkpoint modelopt FP8" in _sim(modelopt, device="H100", engine=engine).quantization
     if engine == "trtllm":
         return
     blocks = dict(DENSE, quantization_config={"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                                               "weight_block_size": [128, 128]})
+    fp8 = {"num_bits": 8, "type": "float"}
+    compressed = dict(DENSE, quantization_config={
+        "quant_method": "compressed-tensors", "ignore": ["lm_head"],
+        "config_groups": {"group_0": {"targets": ["Linear"], "weights": {**fp8, "strategy": "channel"},
+                                      "input_activations": {**fp8, "dynamic": True}}}})
     for served in (_sim(_model_dir(tmp_path, "blocks", blocks), device="A100", engine=engine),
+                   _sim(_model_dir(tmp_path, "compressed", compressed), device="A100", engine=engine),
                    _sim(_model_dir(tmp_path, "bf16", DENSE), device="A100", engine=engine,
                         quantize_linear_action="FP8")):
         assert served.quantization.endswith("FP8 weight-only through Marlin on A100, which has no FP8 tensor cores)")
+
+
+def test_the_plan_leaves_a_refused_modelopt_checkpoint_out_and_says_an_online_fp8_wants_the_16_bit_one() -> None:
+    """Planning Qwen3-32B's ModelOpt FP8 checkpoint (shipped offline) on an A100 with vLLM, asked
+    for the checkpoint and online FP8: the checkpoint is left out with vLLM's reason; the FP8
+    configurations' commands would pass --quantization fp8 to an already quantized checkpoint,
+    which the engines will not apply, so a note says to point them at the 16-bit one. A
+    DeepSeek-style FP8 checkpoint (quant_method fp8) with the same flag gets no such note."""
+    from infercast.plan import Planner, PlanRequest
+
+    def planner(model: str, quantizations: tuple, device: str = "A100") -> Planner:
+        return Planner(PlanRequest(model=model, device=device, num_devices=(1,), batches=(8,), speculative=(),
+                                   quantizations=quantizations, engine="vllm"))
+
+    modelopt = planner("Qwen/Qwen3-32B-FP8-Static-PerTensor", (None, "FP8"))
+    assert modelopt.quantizations == ("FP8",)
+    assert any(n.startswith("--quantization checkpoint left out: vllm does not load a ModelOpt FP8 checkpoint on "
+                            "A100") for n in modelopt.spec_notes)
+    result = modelopt.run()
+    assert result.best is not None and result.best.quantization == "FP8"
+    notes = modelopt.notes_for(result.best)
+    assert any(n.startswith("sglang, vllm: --quantization fp8 quantizes a 16-bit checkpoint as it loads; "
+                            "Qwen/Qwen3-32B-FP8-Static-PerTensor is already quantized (modelopt FP8)") for n in notes)
+    blocks = planner("Qwen/Qwen3-32B-FP8", ("FP8",), "H100")
+    assert not any("already quantized" in n for n in blocks.notes_for(blocks.run().best))
+    assert planner("Qwen/Qwen3-32B", ("FP8",)).online_over_quantized("FP8") == []
 
 
 def test_modelopt_exclusions_keep_each_kind_of_linear_apart() -> None:

@@ -703,7 +703,8 @@ register(Engine(
     # MoE runner for modelopt_fp4 DeepSeek, Qwen3 and GLM models (0.5.9)
     nvfp4_needs_fp4_cores="sglang's ModelOptFp4Config needs compute capability 10.0 (get_min_capability, 0.5.9)",
     modelopt_fp8_needs_fp8_cores="sglang's ModelOptFp8Config needs compute capability 8.9 (get_min_capability, "
-    "0.5.9), where its Fp8Config for other FP8 checkpoints needs 8.0 and runs Marlin below 8.9",
+    "0.5.9), where its Fp8Config (FP8 and FP8-block checkpoints, online FP8) needs 8.0 and runs Marlin below 8.9 "
+    "and compressed-tensors FP8 falls back to W8A16 Marlin",
     custom_all_reduce=True, decode_graph_max_batch=256, prefill_graphs=SGLANG_PIECEWISE,
     eager_launch=SGLANG_EAGER, step=SGLANG_STEP, request=SGLANG_REQUEST, all_reduce_fusion=SGLANG_ALL_REDUCE_FUSION,
     eager_prefill_gap=SGLANG_EAGER_PREFILL_GAP,
@@ -751,8 +752,8 @@ register(Engine(
                  "fp8": ("flashinfer_cutlass", "cutlass"), "mxfp4_w4a16": ("triton", "marlin"),
                  "nvfp4": ("trtllm", "flashinfer_cutlass")},
     modelopt_fp8_needs_fp8_cores="vLLM's ModelOptFp8Config needs compute capability 8.9 (get_min_capability, "
-    "quantization/modelopt.py, 0.16.0), where its Fp8Config for other FP8 checkpoints needs 7.5 and runs Marlin "
-    "below 8.9",
+    "quantization/modelopt.py, 0.16.0), where its Fp8Config (FP8 and FP8-block checkpoints, online FP8) needs 7.5 "
+    "and runs Marlin below 8.9 and compressed-tensors FP8 falls back to W8A16 Marlin",
     custom_all_reduce=True, decode_graph_max_batch=512,
     prefill_graphs=PrefillGraphs(since=None, max_tokens_mla=None, blocked_by={}, max_tokens=512,
                                  source="vLLM V1 compiles the model with torch.compile and replays piecewise CUDA "

@@ -40,10 +40,11 @@ from infercast.pricing import (
     prefill_graph_tokens,
     spec_host_rows,
 )
-from infercast.quant import QuantPlan
+from infercast.quant import QuantPlan, checkpoint_quantization
 from infercast.request import UserInput, check_flag
 from infercast.serving import MODES, ServingOptions, default_chunk
 from infercast.simulate import (
+    _checkpoint_quantization,
     _resolve_quant,
     mtp_quant,
     quant_on_device,
@@ -417,7 +418,22 @@ class Planner:
                             scatter_off=self.scattered_input(config.layout, config.quantization,
                                                              self.algorithm(config.spec))[1],
                             checkpoint_fp8_kv=self.checkpoint_fp8_kv(config.quantization)) \
-            + self.refusals_by_other_engines(config.quantization)
+            + self.online_over_quantized(config.quantization) + self.refusals_by_other_engines(config.quantization)
+
+    def online_over_quantized(self, quant: str | None) -> list[str]:
+        """A note where sglang's and vLLM's commands quantize the checkpoint as it loads
+        (``--quantization fp8``) but the model's checkpoint is already quantized another way: they
+        read its quantization_config before the flag and will not apply it (vLLM loads a ModelOpt
+        checkpoint as ModelOpt whatever the flag, and refuses another mismatch; sglang refuses
+        the pair), so the commands want the 16-bit checkpoint."""
+        engines = [name for name in ("sglang", "vllm") if ONLINE_QUANTIZATION[name].get(quant or "")]
+        own = checkpoint_quantization(_checkpoint_quantization(self.config, self.text))
+        if not engines or own in ("bf16", ONLINE_QUANTIZATION[engines[0]][quant][-1]):
+            return []
+        flag = " ".join(ONLINE_QUANTIZATION[engines[0]][quant])
+        return [f"{', '.join(engines)}: {flag} quantizes a 16-bit checkpoint as it loads; {self.request.model} is "
+                f"already quantized ({own}), which the engines read before the flag and will not requantize: point "
+                "the model path at its 16-bit checkpoint"]
 
     def checkpoint_fp8_kv(self, quant: str | None) -> bool:
         """Whether an engine's ``--kv-cache-dtype auto`` would store this checkpoint's KV cache in

@@ -102,8 +102,9 @@ class QuantPlan:
     attention_out: QuantScheme | None = None
     """Attention's output projection where the checkpoint stores it apart (None: as ``dense``)."""
     checkpoint_method: str = ""
-    """The checkpoint's ``quant_method`` the engines load it through (``modelopt``, ``fp8``,
-    ``compressed-tensors``, ...); empty for a 16-bit checkpoint or a quantization action."""
+    """The ``quant_method`` whose engine config loads the checkpoint, where an engine rule depends
+    on it (``modelopt``, ``compressed-tensors``); empty otherwise (a 16-bit checkpoint, a
+    quantization action, the other quantized formats)."""
 
     @property
     def attention_input(self) -> QuantScheme:

@@ -111,17 +111,21 @@ def unservable(quant: QuantPlan, engine: Any, device: Any) -> tuple[str, str] | 
         names = " and ".join(_LABELS[m] for m in missing)
         return (f"{names} weights need {' and '.join(m.upper() for m in missing)} tensor cores or Marlin's CUDA "
                 f"kernels, and {device.name} has neither", "use an NVIDIA device")
+    modelopt_fp8 = "fp8" in missing and quant.checkpoint_method == "modelopt"
+    online = (f"or the model's 16-bit checkpoint (not this ModelOpt one) quantized to FP8 as it loads (FP8 as the "
+              f"quantization action), which vllm and sglang run through Marlin's FP8 weight-only kernels on "
+              f"{device.name}")
     for kind, refusal in (("fp4", engine.nvfp4_needs_fp4_cores), ("fp8", engine.fp8_needs_fp8_cores)):
         if kind in missing and refusal:
             label, example = _LABELS[kind], "B200" if kind == "fp4" else "H100"
+            remedy = (f"use a device with them ({example}), {online}" if kind == "fp8" and modelopt_fp8 else
+                      f"use a device with them ({example}) or --engine vllm, which runs {label} through Marlin's "
+                      f"weight-only kernels")
             return (f"{engine.name} does not serve {label} weights on {device.name}, which has no {kind.upper()} "
-                    f"tensor cores ({refusal})", f"use a device with them ({example}) or --engine vllm, which runs "
-                    f"{label} through Marlin's weight-only kernels")
-    if "fp8" in missing and quant.checkpoint_method == "modelopt" and engine.modelopt_fp8_needs_fp8_cores:
+                    f"tensor cores ({refusal})", remedy)
+    if modelopt_fp8 and engine.modelopt_fp8_needs_fp8_cores:
         return (f"{engine.name} does not load a ModelOpt FP8 checkpoint on {device.name}, which has no FP8 tensor "
-                f"cores ({engine.modelopt_fp8_needs_fp8_cores})", f"use a device with them (H100), or the model's "
-                f"16-bit checkpoint quantized to FP8 online (FP8 as the quantization action), which {engine.name} "
-                f"runs through Marlin's FP8 weight-only kernels on {device.name}")
+                f"cores ({engine.modelopt_fp8_needs_fp8_cores})", f"use a device with them (H100), {online}")
     return None
 
 

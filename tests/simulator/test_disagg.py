@@ -92,6 +92,7 @@ def _command_planner(request: PlanRequest, expert_dtype: str) -> SimpleNamespace
                            launch_fraction=lambda *pool, **options: None,
                            scattered_input=lambda *pool, **options: (False, None),
                            checkpoint_fp8_kv=lambda quantization: False,
+                           online_over_quantized=lambda quantization: [],
                            refusals_by_other_engines=lambda quantization, engines=(): [])
 
 
@@ -219,16 +220,19 @@ def test_disaggregated_expert_parallel_pools_name_their_deepep_mode_once() -> No
 
 def test_disaggregated_launch_notes_carry_the_kv_cache_and_refusal_notes() -> None:
     """The pools' sglang and vLLM commands get the aggregated plan's notes on a KV cache dtype no
-    flag can say (an fp16 cache over a checkpoint that states FP8) and on an engine refusing the
-    pool's quantization, each refusal once per pool; nothing about TensorRT-LLM, which has no
-    disaggregated command here."""
+    flag can say (an fp16 cache over a checkpoint that states FP8), on online FP8 over a checkpoint
+    already quantized and on an engine refusing the pool's quantization, each once per pool;
+    nothing about TensorRT-LLM, which has no disaggregated command here."""
     request = PlanRequest(model="nvidia/Llama-3.1-70B-Instruct-FP8", device="H100", kv_cache_dtype="fp16")
     planner = _command_planner(request, "fp8")
     planner.checkpoint_fp8_kv = lambda quantization: True
     planner.refusals_by_other_engines = lambda quantization, engines=(): [f"{name}: refuses" for name in engines]
+    planner.online_over_quantized = lambda quantization: ["sglang, vllm: already quantized"]
     tp8 = Layout(8, 8, 1, 1)
     config = _pools(tp8, batch=64, two_batch_overlap=False)
     notes = launch_notes(planner, config)
+    assert [n for n in notes if n.endswith("already quantized")] == [
+        "prefill pool, sglang, vllm: already quantized", "decode pool, sglang, vllm: already quantized"]
     assert any(n.startswith("sglang, vllm: this checkpoint states an FP8 KV cache") for n in notes)
     assert not any("trtllm" in n for n in notes)
     assert [n for n in notes if n.endswith("refuses")] == ["prefill pool, sglang: refuses", "prefill pool, vllm: refuses",

@@ -383,8 +383,8 @@ def launch_notes(planner: Planner, config: DisaggConfig) -> list[str]:
             launched_kv_dtype(r.kv_cache_dtype, choice.quantization), planner.checkpoint_fp8_kv(choice.quantization),
             cuda_arch=arch) if not note.startswith("trtllm")]
     for pool, choice in (("prefill", config.prefill), ("decode", config.decode)):
-        notes += [f"{pool} pool, {note}" for note in planner.refusals_by_other_engines(choice.quantization,
-                                                                                      ("sglang", "vllm"))]
+        notes += [f"{pool} pool, {note}" for note in planner.online_over_quantized(choice.quantization)
+                  + planner.refusals_by_other_engines(choice.quantization, ("sglang", "vllm"))]
     if config.decode.two_batch_overlap and not sglang_overlaps(planner, config.decode):
         notes.append("decode pool, sglang: two-batch overlap needs an MoE all-to-all, which sglang does not run for "
                      "these experts: its command runs without it, where the plan priced the overlap")

@@ -493,7 +493,8 @@ class Planner:
         key = (layout, quant, option)
         if key not in self._drafts:
             built, ctx = self._model(layout, quant)
-            self._drafts[key] = draft_for(self.spec_requests[option].draft_config, built, ctx, self.manager)
+            self._drafts[key] = draft_for(self.spec_requests[option].draft_config, built, ctx, self.manager,
+                                          self.costs.engine, self.device)
         return self._drafts[key]
 
     def seconds(self, layout: Layout, quant: str | None, model: str, batch: int, tokens: int, logits: int,

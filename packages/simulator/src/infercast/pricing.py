@@ -321,7 +321,7 @@ def price_speculative(user: UserInput, built: BuiltModel, records: list[OpRecord
     p, s = ctx.parallel, spec.settings
     base = price(user, built, records, model, ctx, True, 1, context, quant_text)
     phase = phase_of(model, ctx, True)
-    draft, draft_ctx = draft_for(spec.draft_config, built, ctx, manager)
+    draft, draft_ctx = draft_for(spec.draft_config, built, ctx, manager, model.engine, model.device)
     draft_weights = weight_bytes(draft)
     cycle: list[OpRecord] = []
     forwards = []
@@ -359,5 +359,8 @@ def price_speculative(user: UserInput, built: BuiltModel, records: list[OpRecord
         "baseline_throughput_tokens_per_s_per_device": base.throughput_tokens_per_s_per_device,
         "speedup": base.tpot_ms / tpot,
         "draft_parameters_billion": draft.total_logical_params() / 1e9,
+        # an MTP layer runs in the target's context, under its own plan where the checkpoint gives it one
+        "draft_quantization": (draft_ctx.quant if spec.draft_config is not None else ctx.mtp_quant or ctx.quant
+                               ).describe(),
     }
     return result

@@ -32,7 +32,8 @@ def print_summary(result: SimResult, console: Console, *, show_ops: int = 10) ->
     if spec:
         draft = spec["draft_model"] or spec["draft_architecture"]
         console.print(
-            f"speculative: {spec['algorithm']} with {draft}, steps {spec['num_steps']}, topk {spec['topk']}, "
+            f"speculative: {spec['algorithm']} with {draft} ({spec['draft_quantization']}), steps {spec['num_steps']}, "
+            f"topk {spec['topk']}, "
             f"{spec['num_draft_tokens']} draft tokens; accept length {spec['accept_length']:.3f} ({spec['acceptance']})"
         )
         forwards = ", ".join(f"{f['name']} {f['count']} x {f['ms_each']:.3f} ms ({f['tokens_per_request']} tok/req)"

@@ -216,13 +216,13 @@ def mtp_draft(target_last_layer: SimDecoderLayer, text: Any, ctx: SimContext,
                     draft_vocab_size=text.vocab_size, fc_in=None, architecture="DeepSeek-V3 MTP")
 
 
-def draft_for(draft_config: Any, built: Any, ctx: SimContext, manager: Any, engine: Any = None,
-              device: Any = None) -> tuple[SimDraft, SimContext]:
+def draft_for(draft_config: Any, built: Any, ctx: SimContext, manager: Any, engine: Any,
+              device: Any) -> tuple[SimDraft, SimContext]:
     """The draft serving ``built`` and the context it runs in: DeepSeek-V3's MTP layer (same
     context and quantization as the target) when ``draft_config`` is None, else the EAGLE3
     draft ``draft_config`` describes, with its own checkpoint's quantization as ``engine`` runs
     it on ``device`` (:func:`~infercast.simulate.quant_on_device`: FP8 on an A100 through
-    Marlin, or refused; where both are given)."""
+    Marlin, or refused)."""
     from infercast.quant import plan_from_checkpoint
     from infercast.simulate import quant_on_device
 
@@ -231,9 +231,7 @@ def draft_for(draft_config: Any, built: Any, ctx: SimContext, manager: Any, engi
             return mtp_draft(built.sim.layers[-1], built.text_config, ctx), ctx
         return mtp_draft(_mtp_decoder(built, ctx, manager), built.text_config, ctx, ctx.mtp_quant.dense), ctx
     # the draft's pool has the target's slots (sglang sizes both from the target's max_total_tokens)
-    quant = plan_from_checkpoint(getattr(draft_config, "quantization_config", None))
-    if engine is not None and device is not None:
-        quant = quant_on_device(quant, engine, device)
+    quant = quant_on_device(plan_from_checkpoint(getattr(draft_config, "quantization_config", None)), engine, device)
     draft_ctx = SimContext(parallel=ctx.parallel, workload=ctx.workload, quant=quant, kv_cache_dtype=ctx.kv_cache_dtype,
                            pointwise=ctx.pointwise, kv_pool_tokens=ctx.kv_pool_tokens)
     return eagle3_draft(draft_config, built.profile.model_type, draft_ctx, manager), draft_ctx

@@ -10,6 +10,7 @@ devices, engines and sizes. Run: .venv/bin/python benchmarks/published_points.py
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import sys
@@ -190,6 +191,27 @@ def fusion_in(version: str, model: str, device: str, tp: int, engine: str = "sgl
     return "off" if refusal else "on"
 
 
+@functools.lru_cache(maxsize=None)
+def moe_kernel_in(version: str | None, model: str, device: str, engine: str = "sglang") -> str:
+    """``--moe-kernel`` as ``engine`` ``version`` launched this model's fused MoE on ``device``
+    where its defaults pick the kernel by architecture (sglang on Blackwell), else ``auto``. The
+    points keep the newest tables, whose version would otherwise decide (by its rules)."""
+    from infercast.build import architecture_of
+    from infercast.costmodel import table_dtype
+    from infercast.engines import engine_named
+    from infercast.plan import PlanRequest, Planner
+
+    from infercast.plugins import get_devices
+
+    rule = engine_named(engine).arch_moe_runner
+    if rule is None or get_devices().get(device).cuda_arch not in rule.cuda_archs:
+        return "auto"
+    planner = Planner(PlanRequest(model=model, device=device, engine=engine))
+    experts = planner.quant_plan(None).routed_experts
+    dtype = table_dtype(experts.kernel_dtype, planner.device) if experts is not None else "bf16"
+    return rule.launched(version, architecture_of(planner.config), dtype, planner.device.cuda_arch) or "auto"
+
+
 # NIM 1.8.0's concurrency-1 rows for Llama-3.3-70B FP8 on 2 x H100 (input, output, TTFT ms,
 # ITL ms): one client, so the TTFT is one prefill plus the request's host time and the ITL one
 # decode step at about the prompt plus half the output of context.
@@ -261,9 +283,10 @@ def sglang_c1(model: str, device: str, tp: int, ran: str, *, prompts: Sequence[i
               context: int | None = None, prefill_graph: str | None = None, ep: int = 1) -> Callable[[], float]:
     """One request at a time through sglang ``ran`` (the version that measured): the mean client
     TTFT over ``prompts`` (``mean_ttft``), or the TPOT of a decode step at ``context``. The points
-    keep the newest tables, which cover the most kernels, and the prefill CUDA graphs ``ran`` has
+    keep the newest tables, which cover the most kernels, the prefill CUDA graphs ``ran`` has
     by default (piecewise graphs from 0.5.10; the cookbook's 0.5.6.x launches prefill eagerly)
-    unless ``prefill_graph`` says what the run turned on. ``ep``: the experts over that many of
+    unless ``prefill_graph`` says what the run turned on, and the fused MoE kernel ``ran`` picks
+    for the model's architecture (:func:`moe_kernel_in`). ``ep``: the experts over that many of
     the ranks, launched with ``--ep-size`` and no ``--moe-a2a-backend``: sglang's standard
     dispatcher (``--moe-all-to-all off``)."""
     if not prompts:
@@ -272,7 +295,8 @@ def sglang_c1(model: str, device: str, tp: int, ran: str, *, prompts: Sequence[i
 
     user = UserInput(model=model, device=device, num_devices=tp, tp_size=tp, num_queries=1,
                      prefill_cuda_graph=prefill_graph or engine_named("sglang").prefill_graphs_as(ran),
-                     all_reduce_fusion=fusion_in(ran, model, device, tp), **standard_ep(ep))
+                     all_reduce_fusion=fusion_in(ran, model, device, tp), moe_kernel=moe_kernel_in(ran, model, device),
+                     **standard_ep(ep))
     return lambda: mean_ttft(user, prompts, warm_first=warm_first, ran=ran)[0]
 
 
@@ -282,7 +306,7 @@ def sglang_decode(model: str, device: str, tp: int, batch: int, context: int, ra
     (``ep``: as :func:`sglang_c1`)."""
     return simulated("tpot_ms", model=model, device=device, num_devices=tp, tp_size=tp, num_queries=batch,
                      decode=True, context_length=context, all_reduce_fusion=fusion_in(ran, model, device, tp),
-                     **standard_ep(ep))
+                     moe_kernel=moe_kernel_in(ran, model, device), **standard_ep(ep))
 
 
 def standard_ep(ep: int) -> dict:

@@ -35,7 +35,7 @@ from infercast.agg import StepPricer, chunk_shape, chunk_of, rank_policy
 from infercast.plan import Layout, Planner, PlanRequest
 from infercast.serving import LengthDist, ServingOptions, simulate_engine
 
-from published_points import fusion_in
+from published_points import fusion_in, moe_kernel_in
 
 LLAMA70 = "meta-llama/Llama-3.1-70B-Instruct"
 SATURATED_MS = 2000.0
@@ -143,6 +143,7 @@ def main() -> int:
     for model, device, version, clients, ttft, tpot, out in COOKBOOK_LOADED:
         request = PlanRequest(model=model, device=device, num_devices=(8,), batches=(128,), speculative=(),
                               all_reduce_fusion=fusion_in(version, model, device, 8), prefill_cuda_graph="off",
+                              moe_kernel=moe_kernel_in(version, model, device),
                               serving=ServingOptions(concurrency=clients, lengths=UNIFORM_1K, mixed_chunk=False))
         extra = ()
         if args.simulate_clients:  # bench_serving: N clients start at once and send 5 x N prompts, all timed

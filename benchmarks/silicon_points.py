@@ -63,7 +63,7 @@ from infercast.kernels import aiconfigurator as aic
 from infercast.plan import Layout, Planner, PlanRequest
 from infercast.serving import LengthDist, ServingOptions, simulate_engine
 
-from published_points import fusion_in
+from published_points import fusion_in, moe_kernel_in
 
 MODELS = {  # (the CSV's model, precision) -> (infercast model, --quantize-linear-action; None: the checkpoint's own)
     ("meta-llama/Llama-3.1-70B", "fp8"): ("meta-llama/Llama-3.1-70B-Instruct", "FP8"),
@@ -271,6 +271,14 @@ def as_run(row: dict, model: str, flags: Recipe) -> dict:
             or fusion_in(version, model, DEVICES[row["system"]], int(row["tp_size"]), engine)}
 
 
+def moe_kernel_as_run(row: dict, model: str, flags: Recipe) -> str:
+    """The recipe's ``--moe-kernel``, else the kernel the run's engine version picked for the
+    model's architecture (:func:`published_points.moe_kernel_in`; an unnamed version: ``auto``)."""
+    if flags.moe_kernel != "auto" or not row["backend_version"]:
+        return flags.moe_kernel
+    return moe_kernel_in(row["backend_version"], model, DEVICES[row["system"]], row["backend"])
+
+
 def replay(row: dict, pricers: dict) -> tuple[float, float]:
     """(mean TTFT ms, mean TPOT ms) of the row's benchmark run, simulated."""
     isl, osl, tp, clients = row["isl"], row["osl"], int(row["tp_size"]), int(row["batch_size"])
@@ -283,10 +291,11 @@ def replay(row: dict, pricers: dict) -> tuple[float, float]:
     request = PlanRequest(model=model, device=DEVICES[row["system"]], num_devices=(tp,), batches=(batch,),
                           speculative=(), quantizations=(quant,), engine=row["backend"],
                           engine_version=None, input_length=isl, output_length=osl, kv_cache_dtype=flags.kv_cache_dtype,
-                          moe_kernel=flags.moe_kernel, **as_run(row, model, flags), serving=ServingOptions(concurrency=clients, lengths=lengths,
-                                                                       chunked_prefill_size=flags.chunk))
+                          moe_kernel=moe_kernel_as_run(row, model, flags), **as_run(row, model, flags),
+                          serving=ServingOptions(concurrency=clients, lengths=lengths,
+                                                 chunked_prefill_size=flags.chunk))
     key = (model, row["system"], row["backend"], request.overlap_scheduling, request.all_reduce_fusion,
-           request.prefill_cuda_graph, quant, isl, osl, flags.chunk, flags.kv_cache_dtype, flags.moe_kernel)
+           request.prefill_cuda_graph, quant, isl, osl, flags.chunk, flags.kv_cache_dtype, request.moe_kernel)
     if key not in pricers:
         planner = Planner(request)
         pricers[key] = (planner, StepPricer(planner))

@@ -184,7 +184,8 @@ class CostModel:
         if record.name in DENSE_GEMMS:
             kernel = self.engine.dense_kernels.get(cost.kernel_dtype)
         elif record.name == "infercast::fused_moe":
-            kernel = next(iter(self.engine.moe_kernels.get(_table_dtype(cost.kernel_dtype, self.device), ())), None)
+            kernel = (record.named.get("runner") if self.moe_kernel == "auto" else None) or next(
+                iter(self.engine.moe_kernels.get(table_dtype(cost.kernel_dtype, self.device), ())), None)
             if record["dispatch"] == "all_to_all" and kernel not in LOCAL_EXPERT_KERNELS and self.moe_kernel == "auto":
                 return None  # behind DeepEP engines run their DeepEP MoE kernels (sglang: DeepGEMM), not this
         else:
@@ -379,7 +380,7 @@ def _gemm_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) 
     shape scaled by what the analytic model gives the two (:func:`_gemm_shape_time`): at a few rows
     both are the kernel's fixed time and a weight stream, over many the CUDA cores' FP32 rate."""
     m, n, k = cost.gemm_mnk
-    dtype = _table_dtype(cost.kernel_dtype, model.device)
+    dtype = table_dtype(cost.kernel_dtype, model.device)
     device = model.device
 
     def shape(c, dtype=dtype):
@@ -406,7 +407,9 @@ def _gemm_shape_time(c: tuple[float, ...], dtype: str, device: DeviceSpec) -> fl
                                        kind="gemm", gemm_mnk=(int(mm), int(nn), int(kk))), device).seconds
 
 
-def _table_dtype(kernel_dtype: str, device: DeviceSpec) -> str:
+def table_dtype(kernel_dtype: str, device: DeviceSpec) -> str:
+    """The ``moe`` tables' dtype of experts in ``kernel_dtype`` on ``device`` (MXFP4 without FP4
+    tensor cores runs weight-only)."""
     if kernel_dtype == "mxfp4" and "fp4" not in device.peak_flops_per_s:
         return "mxfp4_w4a16"
     return kernel_dtype
@@ -538,7 +541,7 @@ def _moe_key(record: OpRecord, device: DeviceSpec) -> tuple[str, tuple]:
     """A fused MoE's table dtype and expert shape (top-k, experts, hidden, intermediate, MoE TP),
     the ``moe`` key after its kernel and routing."""
     hidden, inter = record["x"].shape[-1], record["w13"].shape[1] // 2 * record["moe_tp"]
-    return (_table_dtype(record["dtype"], device),
+    return (table_dtype(record["dtype"], device),
             (record["top_k"], record["num_experts"], hidden, inter, record["moe_tp"]))
 
 
@@ -555,20 +558,23 @@ def _moe_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -
 
     shape = shape_at(moe_tp)
     rest = (record["distribution"], top_k, experts, hidden, inter, moe_tp)
+    runner = record.named.get("runner")  # the kernel the engine launches for this architecture: its rows only
+    launched = (runner,) if runner and model.moe_kernel == "auto" else None
     if local < experts:  # expert parallel: behind DeepEP, its grouped GEMMs (low-latency layout in decode)
         kernel = None
         if record["dispatch"] == "all_to_all" and model.moe_kernel in ("auto", DEEPEP_EXPERT_KERNEL):
             kernel = model.engine_kernel(dtype, rest, ("deepep_ll",) if phase.decode else ("deepep_normal",),
                                          only=True)
         if kernel is None:  # the engine's own kernel over its local experts (the standard dispatcher's, or kept
-            own = model.engine_kernel(dtype, rest, only=True)  # behind the all-to-all), at an EP size the table
-            kept = record["dispatch"] == "local" or own in LOCAL_EXPERT_KERNELS  # has: never extrapolated along EP
+            # behind the all-to-all), at an EP size the table has: never extrapolated along EP
+            own = model.engine_kernel(dtype, rest, launched, only=True)
+            kept = record["dispatch"] == "local" or own in LOCAL_EXPERT_KERNELS
             if own is not None and kept and model.measured_at("moe", (dtype, own, *rest), 0, ep):
                 kernel = own
     else:
-        kernel = model.engine_kernel(dtype, rest)
+        kernel = model.engine_kernel(dtype, rest, launched, only=launched is not None)
         if kernel is None:
-            near = _nearest_moe_tp(model, dtype, rest)
+            near = _nearest_moe_tp(model, dtype, rest, launched)
             if near is not None:  # the same experts measured split over another MoE TP: its row, scaled
                 kernel, tp = near
                 scale = shape((ep, tokens)) / shape_at(tp)((ep, tokens))
@@ -598,13 +604,16 @@ def moe_shape(device: DeviceSpec, dtype: str, top_k: int, experts: int, hidden: 
     return shape
 
 
-def _nearest_moe_tp(model: CostModel, dtype: str, rest: tuple) -> tuple[str, int] | None:
+def _nearest_moe_tp(model: CostModel, dtype: str, rest: tuple,
+                    launched: tuple[str, ...] | None = None) -> tuple[str, int] | None:
     """(kernel, MoE TP) of the rows that time the same experts (``rest``: routing, top-k, experts,
     hidden, intermediate, MoE TP) split over a MoE TP at most twice or half ``rest``'s, at EP 1:
     the engine's kernel as :meth:`CostModel.engine_kernel` picks one, at the nearer MoE TP, a
     calibration file's before the shipped tables', then the smaller. Further off, the analytic
     ratio carries a row worse than the analytic price itself at a few tokens (docs/fidelity.md,
-    "The same experts at another MoE TP"); None there."""
+    "The same experts at another MoE TP"); None there. ``launched``: the one kernel the engine
+    launches for this architecture (:attr:`~infercast.layers.SimContext.moe_runner`), whose rows
+    alone count."""
     *shape, target = rest
     measured: dict[str, dict[int, int]] = {}  # kernel -> MoE TP -> rank of the first source that has it
     for rank, source in enumerate((model.calibration, model.tables)):
@@ -615,9 +624,9 @@ def _nearest_moe_tp(model: CostModel, dtype: str, rest: tuple) -> tuple[str, int
                 continue
             if any(coords[0] == 1 for coords, _ in table.grid(key).points()):  # EP 1: not DeepEP's rows alone
                 measured.setdefault(key[1], {}).setdefault(tp, rank)
-    kernels = [k for k in model.engine.moe_kernels.get(dtype, ()) if k in measured]
-    if not kernels and model.moe_kernel == "auto":  # as engine_kernel: another kernel's rows before none
-        kernels = sorted(measured)
+    kernels = [k for k in launched or model.engine.moe_kernels.get(dtype, ()) if k in measured]
+    if not kernels and model.moe_kernel == "auto" and not launched:
+        kernels = sorted(measured)  # as engine_kernel: another kernel's rows before none
     if not kernels:
         return None
     tps = measured[kernels[0]]

@@ -65,6 +65,33 @@ class FP32Router:
     source: str
 
 
+@dataclass(frozen=True)
+class ArchMoERunner:
+    """The fused-MoE kernel an engine's defaults launch by model architecture on some GPUs, with
+    the standard dispatcher (no MoE all-to-all backend): ``kernel`` where a rule names the
+    architecture and the experts' table dtype at the engine version, else the engine's generic
+    kernel for that dtype (``otherwise``). Versions before ``checked_since`` were not read and
+    decide nothing, nor do the dtypes ``otherwise`` leaves out."""
+
+    kernel: str
+    cuda_archs: frozenset[int]
+    rules: tuple[tuple[frozenset[str], str, str], ...]
+    """(architectures, table dtype, the first version that launches ``kernel`` for them)."""
+    otherwise: Mapping[str, str]
+    checked_since: str
+    source: str
+
+    def launched(self, version: str | None, architecture: str, dtype: str, cuda_arch: int) -> str | None:
+        """The kernel ``version`` launches for ``architecture``'s ``dtype`` experts on
+        sm_``cuda_arch`` (None where this rule does not decide: another GPU, an unread version, a
+        dtype it leaves to the engine's kernel list)."""
+        if cuda_arch not in self.cuda_archs or dtype not in self.otherwise or not reaches(version, self.checked_since):
+            return None
+        if any(architecture in names and dtype == d and reaches(version, since) for names, d, since in self.rules):
+            return self.kernel
+        return self.otherwise[dtype]
+
+
 def reaches(version: str | None, since: str) -> bool:
     """Whether engine ``version`` is ``since`` or newer; an unknown (None) or unparsable version
     is taken as the newest, as the default tables are."""
@@ -528,6 +555,9 @@ class Engine:
     fp32_router: FP32Router | None = None
     """Which MoE families' router GEMM runs in FP32 (None: every router in the checkpoint's
     dtype, bf16)."""
+    arch_moe_runner: ArchMoERunner | None = None
+    """The fused-MoE kernel the engine's defaults pick by model architecture (None: by dtype
+    alone, :attr:`moe_kernels`)."""
 
     def prefill_graphs_as(self, version: str | None) -> str:
         """The ``--prefill-cuda-graph`` mode that prices prefill launched as engine ``version``
@@ -694,6 +724,26 @@ SGLANG_PIECEWISE = PrefillGraphs(
     "tokens with MLA",
 )
 
+_QWEN3_MOE = frozenset({"Qwen3MoeForCausalLM", "Qwen3VLMoeForConditionalGeneration", "Qwen3NextForCausalLM"})
+SGLANG_BLACKWELL_MOE_RUNNER = ArchMoERunner(
+    kernel="trtllm", cuda_archs=frozenset({100, 103}),
+    rules=((frozenset({"DeepseekV3ForCausalLM"}), "fp8_block", "0.5.6"),
+           (frozenset({"KimiK25ForConditionalGeneration", "GlmMoeDsaForCausalLM"}), "fp8_block", "0.5.9"),
+           (frozenset({"DeepseekV32ForCausalLM"}), "fp8_block", "0.5.12"),
+           (frozenset({"DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "GlmMoeDsaForCausalLM",
+                       "DeepseekV32ForCausalLM"}), "bf16", "0.5.12"),
+           (_QWEN3_MOE, "fp8_block", "0.5.6"), (_QWEN3_MOE, "bf16", "0.5.8")),
+    otherwise={"bf16": "triton", "fp8_block": "triton"}, checked_since="0.5.6",
+    source="sglang server_args.py _handle_model_specific_adjustments (0.5.6 to 0.5.14 read): on sm_100 with "
+    "--moe-a2a-backend none and --moe-runner-backend auto, flashinfer_trtllm for the DeepSeek branch's "
+    "architectures in fp8 (DeepseekV3ForCausalLM from 0.5.6, KimiK25ForConditionalGeneration and "
+    "GlmMoeDsaForCausalLM from 0.5.9, DeepseekV32ForCausalLM from 0.5.12) and unquantized from 0.5.12, for "
+    "Qwen3-MoE in fp8 from 0.5.6 and unquantized from 0.5.8; every other bf16 or FP8-block MoE runs sglang's "
+    "Triton fused MoE (up to 0.5.10 an unquantized DeepseekV3ForCausalLM checkpoint is quantized to FP8 online "
+    "first, which is not priced)",
+)
+"""sglang's MoE runner on Blackwell by architecture (:class:`ArchMoERunner`)."""
+
 register(Engine(
     name="sglang", tables="sglang",
     attention_lanes=("fa3", "trtllm_mha", "flashinfer", "flash_attention"),
@@ -733,6 +783,7 @@ register(Engine(
     static_memory=SGLANG_STATIC_MEMORY,
     sliding_kv=SlidingKV("pool", "sglang's hybrid SWA memory pool (SWAKVPool): the sliding layers share a pool of "
                          "--swa-full-tokens-ratio (default 0.8, server_args.py) times the full layers' tokens", 0.8),
+    arch_moe_runner=SGLANG_BLACKWELL_MOE_RUNNER,
     fp32_router=FP32Router(
         frozenset({"minimax_m2"}), True,
         "MiniMaxM2MoE.forward_normal calls its gate, a ReplicatedLinear(params_dtype=torch.float32), on "

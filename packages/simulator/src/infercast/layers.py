@@ -76,6 +76,9 @@ class SimContext:
     ``--enable-attn-tp-input-scattered`` where its checks pass): prefill forwards keep each
     layer's input reduce-scattered over TP (:attr:`scatters_attn_input`); set by
     :func:`infercast.pricing.scattered_attention_input`."""
+    moe_runner: str = ""
+    """The fused-MoE kernel the engine's defaults launch for this model's architecture (``""``:
+    the engine's kernels for the experts' dtype); set by :func:`infercast.pricing.moe_runner`."""
     pointwise: PointwiseFusions | None = None
     """Pointwise kernels the serving engine folds into their neighbours (the engine's). Its FP8
     fusions apply to the ``fp8`` kernel family (no block scales: TensorRT-LLM's per-tensor FP8);
@@ -571,7 +574,7 @@ class SimMoE(SimModule):
         h = OPS.fused_moe(x, self.w13.weights["weight_packed"], self.w13.weights["weight_scale"],
                           self.w2.weights["weight_packed"], self.w2.weights["weight_scale"], group_tokens,
                           s.top_k, s.num_experts, self.local_experts, float(rows), float(active), float(straggler),
-                          p.moe_tp, scheme.kernel_dtype, routing.DISTRIBUTIONS[imbalance], dispatch)
+                          p.moe_tp, scheme.kernel_dtype, routing.DISTRIBUTIONS[imbalance], dispatch, ctx.moe_runner)
         if dispatch == "all_to_all":
             h = OPS.all_to_all(h, T, p.ep, "ep", "combine", mode, s.top_k, s.num_experts, reach)
             if p.moe_tp > 1:

@@ -271,7 +271,7 @@ def _(ids, weight):
 def fused_moe(
     x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor,
     num_tokens: int, top_k: int, num_experts: int, local_experts: int, routed_rows: float, active_experts: float,
-    straggler: float, moe_tp: int, dtype: str, distribution: str, dispatch: str,
+    straggler: float, moe_tp: int, dtype: str, distribution: str, dispatch: str, runner: str = "",
 ) -> torch.Tensor:
     """The routed experts on one rank, as engines launch them (sglang's fused MoE, marlin or
     DeepGEMM): top-k selection, token permutation, the gate/up grouped GEMM, SiLU-and-mul, the
@@ -283,13 +283,15 @@ def fused_moe(
     ``active_experts``: expected local experts touched (on the busiest rank, under balanced
     routing); ``straggler``: the busiest rank's load over the mean (uneven random picks under
     expert parallelism, or the skew of ``distribution``; 1 at EP 1); ``dispatch``: how the tokens
-    reach the experts (:attr:`~infercast.layers.SimContext.moe_dispatch`)."""
+    reach the experts (:attr:`~infercast.layers.SimContext.moe_dispatch`); ``runner``: the kernel
+    the engine launches for this architecture (:attr:`~infercast.layers.SimContext.moe_runner`;
+    ``""``: the engine's kernels for ``dtype``)."""
     raise NotImplementedError
 
 
 @fused_moe.register_fake
 def _(x, w13, w13_scale, w2, w2_scale, num_tokens, top_k, num_experts, local_experts, routed_rows, active_experts,
-      straggler, moe_tp, dtype, distribution, dispatch):
+      straggler, moe_tp, dtype, distribution, dispatch, runner=""):
     return _like(x)
 
 

@@ -35,6 +35,7 @@ from infercast.pricing import (
     cost_model_for,
     default_memory_share,
     mla_pool_cast,
+    moe_runner,
     phase_of,
     pool_cast_why,
     prefill_graph_tokens,
@@ -354,6 +355,7 @@ class Planner:
             ctx.all_reduce_fusion_tokens = all_reduce_fusion(self.costs, built, parallel,
                                                              mode=self.request.all_reduce_fusion)[0]
             ctx.kv_pool_tokens = mla_pool_cast(self.costs, built, ctx)[0]
+            ctx.moe_runner = moe_runner(self.costs, built, ctx)[0]
             ctx.absorbed_prefix_below = absorbed_prefix_below(self.costs, built)
             ctx.absorbed_in_graphs = absorbed_in_graphs(self.costs, built)
             self._built[key] = (built, ctx)

@@ -16,7 +16,7 @@ from infercast_adapters import InfercastError
 
 from infercast.build import BuiltModel
 from infercast.cost import cost_of
-from infercast.costmodel import SOURCES, CostModel, Phase
+from infercast.costmodel import SOURCES, CostModel, Phase, table_dtype
 from infercast.devices import GIB, DeviceSpec
 from infercast.engines import reaches
 from infercast.layers import SimContext, SimMLAAttention, SimMoE
@@ -219,6 +219,23 @@ def all_reduce_fusion(model: CostModel, built: BuiltModel, parallel: Any, *, mod
     tokens = fusion.token_limit(model.engine_version, device, parallel.tp, per_token)
     return tokens, (f"{engine.name} {model.engine_version or 'the newest version'} fuses for "
                     f"{built.architecture} on sm_{device.cuda_arch} up to {tokens:,} tokens a rank")
+
+
+def moe_runner(model: CostModel, built: BuiltModel, ctx: SimContext) -> tuple[str, str]:
+    """(the fused-MoE kernel the engine's defaults launch for this architecture on this device,
+    ``""`` where they pick it by the experts' dtype alone; why). A ``--moe-kernel`` the engine was
+    launched with, and an MoE all-to-all backend, decide the kernel themselves."""
+    rule = model.engine.arch_moe_runner
+    if (rule is None or model.moe_kernel != "auto" or ctx.moe_dispatch == "all_to_all"
+            or not any(isinstance(m, SimMoE) for m in built.sim.modules())):
+        return "", ""
+    dtype = table_dtype(ctx.quant.routed_experts.kernel_dtype, model.device)
+    kernel = rule.launched(model.engine_version, built.architecture, dtype, model.device.cuda_arch)
+    if kernel is None:
+        return "", ""
+    version = model.engine_version or "the newest version"
+    return kernel, (f"{model.engine.name} {version} runs {built.architecture or 'this model'}'s {dtype} experts in "
+                    f"{kernel} on sm_{model.device.cuda_arch} ({rule.source.split(':')[0]})")
 
 
 def price(user: UserInput, built: BuiltModel, records: list[OpRecord], model: CostModel, ctx: SimContext,

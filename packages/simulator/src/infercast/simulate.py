@@ -28,6 +28,7 @@ from infercast.pricing import (
     cost_model_for,
     default_memory_share,
     mla_pool_cast,
+    moe_runner,
     phase_of,
     prefill_graph_blockers,
     prefill_graph_tokens,
@@ -217,6 +218,7 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     ctx.prefill_graph_tokens = prefill_graph_tokens(model, built, parallel, chunk, mode=user.prefill_cuda_graph)
     ctx.all_reduce_fusion_tokens, fusion_why = all_reduce_fusion(model, built, parallel, mode=user.all_reduce_fusion)
     ctx.kv_pool_tokens, cast_why = mla_pool_cast(model, built, ctx, layers=depth)
+    ctx.moe_runner, runner_why = moe_runner(model, built, ctx)
     ctx.absorbed_prefix_below = absorbed_prefix_below(model, built)
     ctx.absorbed_in_graphs = absorbed_in_graphs(model, built)
     scatter_off = (scattered_attention_input(model, built, ctx, speculative=user.speculative_algorithm)
@@ -278,6 +280,8 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
         slots = (f"{ctx.kv_pool_tokens:,} slots a rank" + (", --max-total-tokens" if capped else "")
                  if ctx.kv_pool_tokens > 1 or capped else "no memory left for it")
         result.notes.append(f"FP8 KV pool cast ({slots}): {cast_why}")
+    if ctx.moe_runner:
+        result.notes.append(f"fused MoE: {runner_why}")
     rule = model.engine.static_memory
     if rule is not None and user.mem_fraction_static is None:
         share, reserved = default_memory_share(rule, model.engine_version, device, built, ctx, config,

@@ -192,24 +192,28 @@ def fusion_in(version: str, model: str, device: str, tp: int, engine: str = "sgl
 
 
 @functools.lru_cache(maxsize=None)
-def moe_kernel_in(version: str | None, model: str, device: str, engine: str = "sglang") -> str:
-    """``--moe-kernel`` as ``engine`` ``version`` launched this model's fused MoE on ``device``
-    where its defaults pick the kernel by architecture (sglang on Blackwell), else ``auto``. The
-    points keep the newest tables, whose version would otherwise decide (by its rules)."""
+def moe_kernel_in(version: str | None, model: str, device: str, engine: str = "sglang",
+                  quantization: str | None = None) -> str:
+    """The ``--moe-kernel`` that prices ``engine`` ``version``'s fused MoE for this model, in its
+    checkpoint's precision or ``quantization``, on ``device``: the kernel the version's defaults
+    picked for the architecture (sglang on Blackwell, :class:`infercast.engines.ArchMoERunner`),
+    else ``auto``. The points keep the newest tables, whose version would otherwise decide."""
     from infercast.build import architecture_of
     from infercast.costmodel import table_dtype
     from infercast.engines import engine_named
     from infercast.plan import PlanRequest, Planner
-
     from infercast.plugins import get_devices
 
     rule = engine_named(engine).arch_moe_runner
     if rule is None or get_devices().get(device).cuda_arch not in rule.cuda_archs:
         return "auto"
     planner = Planner(PlanRequest(model=model, device=device, engine=engine))
-    experts = planner.quant_plan(None).routed_experts
-    dtype = table_dtype(experts.kernel_dtype, planner.device) if experts is not None else "bf16"
-    return rule.launched(version, architecture_of(planner.config), dtype, planner.device.cuda_arch) or "auto"
+    plan = planner.quant_plan(quantization)
+    if plan.routed_experts is None:
+        return "auto"
+    dtype = table_dtype(plan.routed_experts.kernel_dtype, planner.device)
+    return rule.launched(version, architecture_of(planner.config), dtype, planner.device.cuda_arch,
+                         plan.checkpoint_method) or "auto"
 
 
 # NIM 1.8.0's concurrency-1 rows for Llama-3.3-70B FP8 on 2 x H100 (input, output, TTFT ms,

@@ -271,12 +271,13 @@ def as_run(row: dict, model: str, flags: Recipe) -> dict:
             or fusion_in(version, model, DEVICES[row["system"]], int(row["tp_size"]), engine)}
 
 
-def moe_kernel_as_run(row: dict, model: str, flags: Recipe) -> str:
+def moe_kernel_as_run(row: dict, model: str, quant: str | None, flags: Recipe) -> str:
     """The recipe's ``--moe-kernel``, else the kernel the run's engine version picked for the
-    model's architecture (:func:`published_points.moe_kernel_in`; an unnamed version: ``auto``)."""
+    model's architecture in the run's precision ``quant`` (:func:`published_points.moe_kernel_in`;
+    an unnamed version: ``auto``)."""
     if flags.moe_kernel != "auto" or not row["backend_version"]:
         return flags.moe_kernel
-    return moe_kernel_in(row["backend_version"], model, DEVICES[row["system"]], row["backend"])
+    return moe_kernel_in(row["backend_version"], model, DEVICES[row["system"]], row["backend"], quant)
 
 
 def replay(row: dict, pricers: dict) -> tuple[float, float]:
@@ -291,7 +292,7 @@ def replay(row: dict, pricers: dict) -> tuple[float, float]:
     request = PlanRequest(model=model, device=DEVICES[row["system"]], num_devices=(tp,), batches=(batch,),
                           speculative=(), quantizations=(quant,), engine=row["backend"],
                           engine_version=None, input_length=isl, output_length=osl, kv_cache_dtype=flags.kv_cache_dtype,
-                          moe_kernel=moe_kernel_as_run(row, model, flags), **as_run(row, model, flags),
+                          moe_kernel=moe_kernel_as_run(row, model, quant, flags), **as_run(row, model, flags),
                           serving=ServingOptions(concurrency=clients, lengths=lengths,
                                                  chunked_prefill_size=flags.chunk))
     key = (model, row["system"], row["backend"], request.overlap_scheduling, request.all_reduce_fusion,

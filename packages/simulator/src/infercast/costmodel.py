@@ -178,7 +178,8 @@ class CostModel:
 
     def stream_kernel(self, record: OpRecord, cost: OpCost) -> str | None:
         """The kernel family the engine runs a GEMM in (a dense GEMM: the engine's dense kernel
-        for its dtype; a fused MoE: its first MoE kernel, behind an all-to-all only if the engine
+        for its dtype; a fused MoE: the kernel the engine's defaults pick for the architecture
+        (the record's ``runner``), else its first MoE kernel, behind an all-to-all only if the engine
         keeps it there, :data:`LOCAL_EXPERT_KERNELS`), where the device has a streaming figure
         for that family measured for this dtype; else None."""
         if record.name in DENSE_GEMMS:
@@ -269,6 +270,12 @@ def _why_analytic(record: OpRecord, query: Query | None, model: CostModel) -> st
         return (f"no moe table times {model.moe_kernel} (--moe-kernel) for this expert shape"
                 + ("" if not _moe_kernels_measured(record, model) else
                    f"; measured with {', '.join(_moe_kernels_measured(record, model))}, which --moe-kernel leaves out"))
+    runner = record.named.get("runner") if record.name == "infercast::fused_moe" else None
+    if query is None and runner and model.moe_kernel == "auto":
+        others = [k for k in _moe_kernels_measured(record, model) if k != runner]
+        measured = f"; measured with {', '.join(others)}, which it does not run here" if others else ""
+        return (f"no moe table times {runner}, which {model.engine.name} launches for this architecture, for this "
+                f"expert shape{measured}")
     if query is None and record.name == "infercast::fused_moe":
         other = _moe_routings_measured(record, model)
         if other:
@@ -559,7 +566,7 @@ def _moe_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -
     shape = shape_at(moe_tp)
     rest = (record["distribution"], top_k, experts, hidden, inter, moe_tp)
     runner = record.named.get("runner")  # the kernel the engine launches for this architecture: its rows only
-    launched = (runner,) if runner and model.moe_kernel == "auto" else None
+    runner_only = (runner,) if runner and model.moe_kernel == "auto" else None
     if local < experts:  # expert parallel: behind DeepEP, its grouped GEMMs (low-latency layout in decode)
         kernel = None
         if record["dispatch"] == "all_to_all" and model.moe_kernel in ("auto", DEEPEP_EXPERT_KERNEL):
@@ -567,14 +574,14 @@ def _moe_query(record: OpRecord, cost: OpCost, model: CostModel, phase: Phase) -
                                          only=True)
         if kernel is None:  # the engine's own kernel over its local experts (the standard dispatcher's, or kept
             # behind the all-to-all), at an EP size the table has: never extrapolated along EP
-            own = model.engine_kernel(dtype, rest, launched, only=True)
+            own = model.engine_kernel(dtype, rest, runner_only, only=True)
             kept = record["dispatch"] == "local" or own in LOCAL_EXPERT_KERNELS
             if own is not None and kept and model.measured_at("moe", (dtype, own, *rest), 0, ep):
                 kernel = own
     else:
-        kernel = model.engine_kernel(dtype, rest, launched, only=launched is not None)
+        kernel = model.engine_kernel(dtype, rest, runner_only, only=runner_only is not None)
         if kernel is None:
-            near = _nearest_moe_tp(model, dtype, rest, launched)
+            near = _nearest_moe_tp(model, dtype, rest, runner_only)
             if near is not None:  # the same experts measured split over another MoE TP: its row, scaled
                 kernel, tp = near
                 scale = shape((ep, tokens)) / shape_at(tp)((ep, tokens))

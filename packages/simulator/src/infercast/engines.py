@@ -69,27 +69,47 @@ class FP32Router:
 class ArchMoERunner:
     """The fused-MoE kernel an engine's defaults launch by model architecture on some GPUs, with
     the standard dispatcher (no MoE all-to-all backend): ``kernel`` where a rule names the
-    architecture and the experts' table dtype at the engine version, else the engine's generic
-    kernel for that dtype (``otherwise``). Versions before ``checked_since`` were not read and
-    decide nothing, nor do the dtypes ``otherwise`` leaves out."""
+    architecture and the experts' table dtype at the engine version, else, for an architecture
+    whose branch was read, the engine's generic kernel for that dtype (``otherwise``). Versions
+    before ``checked_since``, architectures not read, the ``undecided`` spans and the dtypes
+    ``otherwise`` leaves out decide nothing (None: the engine's kernel list)."""
 
     kernel: str
     cuda_archs: frozenset[int]
     rules: tuple[tuple[frozenset[str], str, str], ...]
     """(architectures, table dtype, the first version that launches ``kernel`` for them)."""
     otherwise: Mapping[str, str]
+    read: frozenset[str]
+    """Architectures whose branch was read: beyond ``rules`` they run ``otherwise``."""
     checked_since: str
     source: str
+    undecided: tuple[tuple[frozenset[str], str, str, str], ...] = ()
+    """(architectures, table dtype, first, last version) where the engine does something else first
+    (quantizes the checkpoint online): not priced."""
+    quantizations: frozenset[str] = frozenset()
+    """Checkpoint methods (:attr:`~infercast.quant.QuantPlan.checkpoint_method`) the rules' engine
+    check does not match, so their experts run ``otherwise``."""
 
-    def launched(self, version: str | None, architecture: str, dtype: str, cuda_arch: int) -> str | None:
-        """The kernel ``version`` launches for ``architecture``'s ``dtype`` experts on
-        sm_``cuda_arch`` (None where this rule does not decide: another GPU, an unread version, a
-        dtype it leaves to the engine's kernel list)."""
-        if cuda_arch not in self.cuda_archs or dtype not in self.otherwise or not reaches(version, self.checked_since):
+    def launched(self, version: str | None, architecture: str, dtype: str, cuda_arch: int,
+                 method: str = "") -> str | None:
+        """The kernel ``version`` launches for ``architecture``'s ``dtype`` experts, loaded from a
+        checkpoint of ``method``, on sm_``cuda_arch`` (None where this rule does not decide)."""
+        if (cuda_arch not in self.cuda_archs or dtype not in self.otherwise or architecture not in self.read
+                or not reaches(version, self.checked_since)):
             return None
-        if any(architecture in names and dtype == d and reaches(version, since) for names, d, since in self.rules):
+        if any(architecture in names and dtype == d and reaches(version, first) and not reaches(version, _after(last))
+               for names, d, first, last in self.undecided):
+            return None
+        if method not in self.quantizations and any(
+                architecture in names and dtype == d and reaches(version, since) for names, d, since in self.rules):
             return self.kernel
         return self.otherwise[dtype]
+
+
+def _after(version: str) -> str:
+    """The patch release after ``version`` (0.5.10 -> 0.5.11), for a span's upper bound."""
+    *head, last = version.split(".")
+    return ".".join([*head, str(int(last) + 1)])
 
 
 def reaches(version: str | None, since: str) -> bool:
@@ -725,22 +745,28 @@ SGLANG_PIECEWISE = PrefillGraphs(
 )
 
 _QWEN3_MOE = frozenset({"Qwen3MoeForCausalLM", "Qwen3VLMoeForConditionalGeneration", "Qwen3NextForCausalLM"})
+# up to 0.5.11 sglang rewrites a deepseek_v32 config that transformers does not know to DeepseekV3ForCausalLM
+_DEEPSEEK = frozenset({"DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM"})
+_DEEPSEEK_BRANCH = _DEEPSEEK | {"KimiK25ForConditionalGeneration", "GlmMoeDsaForCausalLM"}
 SGLANG_BLACKWELL_MOE_RUNNER = ArchMoERunner(
     kernel="trtllm", cuda_archs=frozenset({100, 103}),
-    rules=((frozenset({"DeepseekV3ForCausalLM"}), "fp8_block", "0.5.6"),
-           (frozenset({"KimiK25ForConditionalGeneration", "GlmMoeDsaForCausalLM"}), "fp8_block", "0.5.9"),
-           (frozenset({"DeepseekV32ForCausalLM"}), "fp8_block", "0.5.12"),
-           (frozenset({"DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "GlmMoeDsaForCausalLM",
-                       "DeepseekV32ForCausalLM"}), "bf16", "0.5.12"),
-           (_QWEN3_MOE, "fp8_block", "0.5.6"), (_QWEN3_MOE, "bf16", "0.5.8")),
-    otherwise={"bf16": "triton", "fp8_block": "triton"}, checked_since="0.5.6",
+    rules=((_DEEPSEEK, "fp8_block", "0.5.6"), (_DEEPSEEK_BRANCH - _DEEPSEEK, "fp8_block", "0.5.9"),
+           (_DEEPSEEK_BRANCH, "bf16", "0.5.12"),
+           (_QWEN3_MOE, "fp8_block", "0.5.6"), (_QWEN3_MOE, "bf16", "0.5.8"),
+           (frozenset({"Qwen3_5MoeForConditionalGeneration"}), "fp8_block", "0.5.9"),
+           (frozenset({"Qwen3_5MoeForConditionalGeneration"}), "bf16", "0.5.9")),
+    otherwise={"bf16": "triton", "fp8_block": "triton"},
+    read=_DEEPSEEK_BRANCH | _QWEN3_MOE | {"Qwen3_5MoeForConditionalGeneration", "Glm4MoeForCausalLM",
+                                          "MiniMaxM2ForCausalLM"},
+    checked_since="0.5.6", undecided=((_DEEPSEEK, "bf16", "0.5.6", "0.5.10"),),
+    quantizations=frozenset({"compressed-tensors"}),
     source="sglang server_args.py _handle_model_specific_adjustments (0.5.6 to 0.5.14 read): on sm_100 with "
     "--moe-a2a-backend none and --moe-runner-backend auto, flashinfer_trtllm for the DeepSeek branch's "
-    "architectures in fp8 (DeepseekV3ForCausalLM from 0.5.6, KimiK25ForConditionalGeneration and "
-    "GlmMoeDsaForCausalLM from 0.5.9, DeepseekV32ForCausalLM from 0.5.12) and unquantized from 0.5.12, for "
-    "Qwen3-MoE in fp8 from 0.5.6 and unquantized from 0.5.8; every other bf16 or FP8-block MoE runs sglang's "
-    "Triton fused MoE (up to 0.5.10 an unquantized DeepseekV3ForCausalLM checkpoint is quantized to FP8 online "
-    "first, which is not priced)",
+    "architectures in fp8 (DeepSeek-V3 and V3.2 from 0.5.6, KimiK25ForConditionalGeneration and "
+    "GlmMoeDsaForCausalLM from 0.5.9) and unquantized from 0.5.12, for Qwen3-MoE in fp8 from 0.5.6 and "
+    "unquantized from 0.5.8, for Qwen3.5-MoE in both from 0.5.9; a compressed-tensors checkpoint's quantization "
+    "is not in those lists; GLM-4.x (bf16, FP8 blocks) and MiniMax-M2 run sglang's Triton fused MoE. Up to 0.5.10 "
+    "an unquantized DeepSeek-V3 checkpoint is quantized to FP8 online first, which is not priced",
 )
 """sglang's MoE runner on Blackwell by architecture (:class:`ArchMoERunner`)."""
 

@@ -230,12 +230,13 @@ def moe_runner(model: CostModel, built: BuiltModel, ctx: SimContext) -> tuple[st
             or not any(isinstance(m, SimMoE) for m in built.sim.modules())):
         return "", ""
     dtype = table_dtype(ctx.quant.routed_experts.kernel_dtype, model.device)
-    kernel = rule.launched(model.engine_version, built.architecture, dtype, model.device.cuda_arch)
+    kernel = rule.launched(model.engine_version, built.architecture, dtype, model.device.cuda_arch,
+                           ctx.quant.checkpoint_method)
     if kernel is None:
         return "", ""
-    version = model.engine_version or "the newest version"
-    return kernel, (f"{model.engine.name} {version} runs {built.architecture or 'this model'}'s {dtype} experts in "
-                    f"{kernel} on sm_{model.device.cuda_arch} ({rule.source.split(':')[0]})")
+    engine = f"{model.engine.name} {model.engine_version}" if model.engine_version else f"{model.engine.name} (newest)"
+    return kernel, (f"{engine} runs {built.architecture}'s {dtype} experts in {kernel} on sm_{model.device.cuda_arch} "
+                    f"({rule.source.split(':')[0]})")
 
 
 def price(user: UserInput, built: BuiltModel, records: list[OpRecord], model: CostModel, ctx: SimContext,

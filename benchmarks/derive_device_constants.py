@@ -29,10 +29,11 @@ from this script; run it to check them: .venv/bin/python benchmarks/derive_devic
   graphs);
 - link efficiency: custom all-reduce over 8 GPUs at the largest message, bus bandwidth
   2 (n - 1) / n x bytes / time over the NVLink peak; all-reduce floor: its smallest message;
-- shown, not used: the tables' Triton fused MoE over the analytic price of a fused MoE no table
-  covers (:func:`triton_moe`; docs/fidelity.md, "The analytic fused MoE at many tokens");
 - the Triton fused MoE's streaming at 1-16 tokens (``triton`` in the device's streams): a line
-  through the engines' Triton MoE tables, fitted to relative error (:func:`triton_moe_stream`).
+  through the engines' Triton MoE tables, fitted to relative error (:func:`triton_moe_stream`), and
+  its compute-bound share of the bf16 peak, falling with the experts' width on a rank
+  (:func:`triton_moe_compute`); shown: the tables over the analytic price at those figures
+  (:func:`triton_moe`; docs/fidelity.md, "The analytic fused MoE at many tokens").
 
 The tables have no dense weight-only int4 GEMM; Marlin's figure on sm_90 (``MARLIN_SM90``) is a
 line time = fixed + bytes / (efficiency x HBM peak) through four published one-row Marlin
@@ -196,39 +197,52 @@ def triton_points(device, engine: str):
                 yield dtype, top_k, experts, hidden, width, tokens, stream, us * 1e-6
 
 
-def triton_moe(device, engine: str) -> tuple[dict[tuple[str, str], float], tuple[float, float, float, int]] | None:
+def triton_moe(device, engine: str) -> dict[tuple[str, str], float] | None:
     """The engine's Triton fused MoE in the device's tables (balanced routing, EP 1) against the
-    analytic price infercast gives a fused MoE no table covers (the cost model's ``moe`` shape:
-    6 x rows x hidden x width FLOPs, the touched experts' weights and the rows' activations, five
-    kernels). Returns the median measured / analytic by (dtype, token band), and a share of the
-    peak falling with the experts' width fitted like Marlin's, ``s x w / (w + h)``, over the
-    points from 4,096 tokens that take at least twice their weights' stream: (s, h, its median
-    relative error, points). Not used by the simulator (docs/fidelity.md, "The analytic fused MoE
-    at many tokens")."""
+    analytic price infercast gives a fused MoE no table covers at the device's ``triton`` figures
+    (the cost model's ``moe`` shape: 6 x rows x hidden x width FLOPs, the touched experts' weights
+    and the rows' activations): the median measured / analytic by (dtype, token band)."""
     from infercast.cost import COMPUTE_DTYPE
 
     ratios: dict[tuple[str, str], list[float]] = {}
-    shares = []
     for dtype, top_k, experts, hidden, width, tokens, stream, seconds in triton_points(device, engine):
         rows = tokens * top_k
         cost = OpCost(flops=6.0 * rows * hidden * width, compute_dtype=COMPUTE_DTYPE.get(dtype, "bf16"),
-                      bytes=stream, kernel_dtype=dtype, kind="gemm", kernels=5)
+                      bytes=stream, kernel_dtype=dtype, kind="gemm", kernels=5, grouped=True,
+                      gemm_mnk=(rows, 2 * width, hidden))
         band = "32-512" if 32 <= tokens <= 512 else "8K+" if tokens >= 8192 else None
         if band:
-            ratios.setdefault((dtype, band), []).append(seconds / analytic.kernel_time(cost, device).seconds)
-        weights = experts * 3 * hidden * width * TRITON_MOE_BYTES[dtype]
-        if tokens >= 4096 and seconds >= 2 * weights / (device.hbm_bandwidth_bytes_per_s * device.efficiency.memory):
-            shares.append((width, 6 * rows * hidden * width / seconds / device.peak(COMPUTE_DTYPE.get(dtype, "bf16"))))
-    if not shares:
+            ratios.setdefault((dtype, band), []).append(seconds / analytic.kernel_time(cost, device, "triton").seconds)
+    return {k: statistics.median(v) for k, v in ratios.items()} or None
+
+
+def triton_moe_compute(device) -> tuple[float, int, dict[str, float], float, dict[str, float], int] | None:
+    """The engines' Triton fused MoE once compute-bound (``grouped_compute``): the points of
+    sglang's and vLLM's tables from 4,096 tokens that take at least twice their weights' stream,
+    as a share of the bf16 peak, s x w / (w + h) for experts w wide on a rank, s per dtype. h is the
+    half width (0-1,000 in steps of 5) with the least median relative error over all points, s the
+    median of each point's share over w / (w + h). Returns (the largest s, h, each dtype's s over
+    it, the median relative error, that error by engine, points)."""
+    points = []
+    for engine in ("sglang", "vllm"):
+        for dtype, top_k, experts, hidden, width, tokens, _, seconds in triton_points(device, engine):
+            weights = experts * 3 * hidden * width * TRITON_MOE_BYTES[dtype]
+            if tokens >= 4096 and seconds >= 2 * weights / (device.hbm_bandwidth_bytes_per_s * device.efficiency.memory):
+                points.append((engine, dtype, width, 6 * tokens * top_k * hidden * width / seconds / device.peak("bf16")))
+    if not points:
         return None
 
-    def fit(half: int) -> tuple[float, float]:
-        share = statistics.median(e * (v + half) / v for v, e in shares)
-        return statistics.median(abs(share * v / (v + half) / e - 1) for v, e in shares), share
+    def fit(half: int) -> tuple[float, dict[str, float], list[tuple[str, float]]]:
+        shares = {d: statistics.median(e * (w + half) / w for _, dt, w, e in points if dt == d)
+                  for d in {p[1] for p in points}}
+        errors = [(engine, abs(shares[d] * w / (w + half) / e - 1)) for engine, d, w, e in points]
+        return statistics.median(e for _, e in errors), shares, errors
 
     half = min(range(0, 1001, 5), key=lambda h: fit(h)[0])
-    error, share = fit(half)
-    return {k: statistics.median(v) for k, v in ratios.items()}, (share, half, error, len(shares))
+    error, shares, errors = fit(half)
+    top = max(shares.values())
+    by_engine = {g: statistics.median(e for engine, e in errors if engine == g) for g in {g for g, _ in errors}}
+    return top, half, {d: v / top for d, v in shares.items()}, error, by_engine, len(points)
 
 
 def triton_moe_stream(device) -> tuple[float, float, list[float], set[str], set[str]] | None:
@@ -357,13 +371,16 @@ def main() -> int:
                   f"{bus / device.scale_up_bandwidth_bytes_per_s:.3f} of NVLink; floor {points[0][1]:.2f} us "
                   f"at {points[0][0][0]:.0f} bytes")
         for engine in ("sglang", "vllm"):
-            found = triton_moe(device, engine)
-            if found is not None:
-                ratios, (share, half, error, n) = found
-                print(f"  Triton fused MoE ({engine}), measured / analytic: " + ", ".join(
-                    f"{dtype} {band} tokens {r:.2f}" for (dtype, band), r in sorted(ratios.items()))
-                      + f"; compute-bound share {share:.3f} x w / (w + {half}) of peak over {n} points "
-                      f"(median relative error {error:.1%}; not used)")
+            ratios = triton_moe(device, engine)
+            if ratios is not None:
+                print(f"  Triton fused MoE ({engine}), measured / analytic at the triton figures: " + ", ".join(
+                    f"{dtype} {band} tokens {r:.2f}" for (dtype, band), r in sorted(ratios.items())))
+        compute = triton_moe_compute(device)
+        if compute is not None:
+            top, half, scale, error, by_engine, n = compute
+            print(f"  Triton fused MoE compute-bound: {top:.3f} x w / (w + {half}) of bf16 peak, " + ", ".join(
+                f"{d} at {f:.3f} of it" for d, f in sorted(scale.items())) + f"; {n} points, median relative error "
+                f"{error:.1%} (" + ", ".join(f"{g} {e:.1%}" for g, e in sorted(by_engine.items())) + ")")
         stream = triton_moe_stream(device)
         if stream is not None:
             memory, fixed, errors, dtypes, engines = stream

@@ -380,23 +380,20 @@ def test_qwen3_moe_decode(capsys, tmp_path, h100) -> None:
     # number of distinct experts they touch is 8 x (1 - (1 - 2/8)^4) = 5.46875, whose weights
     # are read (a 5.46875 / 8 share of all expert bytes); FLOPs are the gate/up GEMM (2 x rows
     # x 256 x 256) and the down GEMM (2 x rows x 128 x 256); activations in and out of both
-    # GEMMs: rows x 256 x 2 bytes x 2 + rows x 256 x 2 bytes x 1.5. Per-expert GEMM shape
-    # (round(8 / 5.46875) = 1 row, n = 256, k = 256), one per active expert. Routing gives each
-    # active expert a count of rows around 8 / 5.46875 = 1.46, which never passes one 64-row tile:
-    # 64 padded rows an expert, flops x 64 / 1.46. sglang runs bf16 experts through its Triton
-    # fused MoE, which streams at the H100's Triton figure: the bytes at its share of HBM plus
-    # one fixed time for the operator (not five small kernels' worth).
+    # GEMMs: rows x 256 x 2 bytes x 2 + rows x 256 x 2 bytes x 1.5. sglang runs bf16 experts
+    # through its Triton fused MoE, which has figures of its own on the H100: it streams the bytes
+    # at its share of HBM plus one fixed time for the operator (not five small kernels' worth), and
+    # computes the real rows at its compute-bound share of the bf16 peak for experts 128 wide
+    # (KernelStream.grouped_share: 0.631 x 0.806 x 128 / (128 + 290)), not padded to tiles.
     rows = BATCH * top_k
     active = experts * (1 - (1 - top_k / experts) ** BATCH)
     assert active == 5.46875
     expert_bytes = experts * 3 * h * moe_inter * BF16
     nbytes = expert_bytes * active / experts + rows * h * BF16 * 2 + rows * 2 * moe_inter * BF16 * 1.5
     flops = 2 * rows * h * 2 * moe_inter + 2 * rows * moe_inter * h
-    one_row, _ = roofline(h100, flops=flops, nbytes=0, peak=h100.peak_flops_per_s["bf16"],
-                          efficiency=h100.efficiency.gemm["bf16"], mnk=(round(rows / active), 2 * moe_inter, h),
-                          count=active, kernels=0)  # pads each group from 1 row to 64
-    compute = one_row / (rows / active)
     triton = h100.efficiency.streams["triton"]
+    assert triton.grouped_share(moe_inter, "bf16") == pytest.approx(0.631 * 0.806 * 128 / (128 + 290))
+    compute = flops / (h100.peak_flops_per_s["bf16"] * triton.grouped_share(moe_inter, "bf16"))
     memory = nbytes / (triton.grouped_memory * h100.hbm_bandwidth_bytes_per_s)
     bound = "latency" if triton.grouped_fixed_s > max(compute, memory) else "memory"
     assert_row(result, "fused_moe (layers.*.mlp)", layers, max(compute, memory) + triton.grouped_fixed_s, bound)

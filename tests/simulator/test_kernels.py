@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 
 import pytest
 import torch
@@ -365,11 +366,42 @@ def test_a_triton_moe_no_table_covers_streams_at_the_familys_figure_near_its_tab
     assert CostModel(DEVICES["H200"], "sglang").stream_kernel(behind, cost_of(behind)) is None
 
 
+def test_a_triton_moe_no_table_covers_at_many_tokens_runs_at_the_familys_compute_share() -> None:
+    """Prompt-sized MoEs the tables time with sglang's Triton kernel, priced analytically: at the
+    family's compute-bound share of the bf16 peak (fitted to every shape's points from 4,096
+    tokens). A shape's own tile configuration moves it either way (Qwen3-235B's, which sglang
+    tunes for Hopper, runs 1.5 times faster than the share; GLM-5's untuned one 1.2 times
+    slower), so the check is the median within 30% and each within 60%, where the dense GEMMs'
+    efficiency was 1.7-3.4 times fast."""
+    from infercast.analytic import kernel_time
+
+    cases = [("H100", (16384, 128, 4096, 192, 8, 8, "bf16")), ("H200", (16384, 128, 4096, 192, 8, 8, "bf16")),
+             ("H100", (16384, 128, 4096, 192, 8, 8, "fp8_block")), ("H200", (8192, 256, 7168, 256, 8, 8, "fp8_block")),
+             ("H200", (16384, 256, 3072, 384, 8, 4, "fp8_block")), ("B200", (8192, 256, 4096, 128, 8, 16, "bf16")),
+             ("B200", (8192, 256, 3072, 384, 8, 4, "fp8_block")), ("H100", (16384, 160, 6144, 320, 8, 8, "bf16")),
+             ("H200", (16384, 160, 6144, 320, 8, 8, "bf16"))]
+    errors = []
+    for device, shape in cases:
+        record = fused_moe_record(*shape)
+        measured = CostModel(DEVICES[device], "sglang", moe_kernel="triton").price(record, PREFILL)
+        assert measured.source in ("measured", "interpolated")
+        family = kernel_time(cost_of(record), DEVICES[device], "triton")
+        stream = DEVICES[device].efficiency.streams["triton"]
+        assert family.bound == "compute" and family.seconds == pytest.approx(
+            cost_of(record).flops / (DEVICES[device].peak("bf16") * stream.grouped_share(shape[3], shape[6]))
+            + stream.grouped_fixed_s)
+        errors.append(family.seconds / measured.seconds - 1)
+        assert kernel_time(cost_of(record), DEVICES[device]).seconds < 0.7 * measured.seconds  # the generic figure
+    assert statistics.median(map(abs, errors)) < 0.3 and max(map(abs, errors)) < 0.6
+
+
 def test_a_moe_tp_the_tables_lack_is_read_from_the_nearest_one_scaled_by_the_analytic_ratio() -> None:
     """vLLM's H200 table times MiniMax-M2.5's FP8-block experts (256 of 1,536, top-8, 3,072 hidden)
     on Triton at MoE TP 1, 2 and 4. At MoE TP8 the fused MoE is that shape's TP4 row times what the
     analytic model gives TP8 over TP4 at the same tokens, labelled extrapolated and saying so; at
-    TP4 the row itself. Before, TP8 was analytic: 2-3 times fast at a prompt's thousands of tokens."""
+    TP4 the row itself. Before, TP8 was analytic: 2-3 times fast at a prompt's thousands of tokens,
+    until the Triton figure got its own compute-bound share (2026-11-28), fitted to every shape's
+    points from 4,096 tokens: now it comes within 15% of the scaled row there."""
     from infercast.costmodel import moe_shape
 
     model = CostModel(DEVICES["H200"], "vllm")
@@ -386,7 +418,7 @@ def test_a_moe_tp_the_tables_lack_is_read_from_the_nearest_one_scaled_by_the_ana
         analytic_only = CostModel(DEVICES["H200"], "vllm", measured=False).price(
             fused_moe_record(tokens, 256, 3072, 192, 8, 8, "fp8_block"), PREFILL)
         if tokens == 4096:
-            assert at8.seconds > 1.5 * analytic_only.seconds
+            assert analytic_only.seconds == pytest.approx(at8.seconds, rel=0.15)
     assert model.tables.table("moe").grid(key + (8,)) is None
 
 

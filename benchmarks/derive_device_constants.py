@@ -210,7 +210,8 @@ def triton_moe(device, engine: str) -> dict[tuple[str, str], float] | None:
         cost = OpCost(flops=6.0 * rows * hidden * width, compute_dtype=COMPUTE_DTYPE.get(dtype, "bf16"),
                       bytes=stream, kernel_dtype=dtype, kind="gemm", kernels=5, grouped=True,
                       gemm_mnk=(rows, 2 * width, hidden))
-        band = "32-512" if 32 <= tokens <= 512 else "8K+" if tokens >= 8192 else None
+        band = ("32-512" if 32 <= tokens <= 512 else "1K-4K" if 1024 <= tokens <= 4096 else "8K+" if tokens >= 8192
+                else None)
         if band:
             ratios.setdefault((dtype, band), []).append(seconds / analytic.kernel_time(cost, device, "triton").seconds)
     return {k: statistics.median(v) for k, v in ratios.items()} or None
@@ -227,8 +228,10 @@ def triton_moe_compute(device) -> tuple[float, int, dict[str, float], float, dic
     for engine in ("sglang", "vllm"):
         for dtype, top_k, experts, hidden, width, tokens, _, seconds in triton_points(device, engine):
             weights = experts * 3 * hidden * width * TRITON_MOE_BYTES[dtype]
-            if tokens >= 4096 and seconds >= 2 * weights / (device.hbm_bandwidth_bytes_per_s * device.efficiency.memory):
-                points.append((engine, dtype, width, 6 * tokens * top_k * hidden * width / seconds / device.peak("bf16")))
+            stream_s = weights / (device.hbm_bandwidth_bytes_per_s * device.efficiency.memory)
+            if tokens >= 4096 and seconds >= 2 * stream_s:
+                flops = 6 * tokens * top_k * hidden * width
+                points.append((engine, dtype, width, flops / seconds / device.peak("bf16")))
     if not points:
         return None
 

@@ -51,8 +51,8 @@ class KernelStream:
     """Time on top of a grouped operator's stream, all its kernels together."""
     grouped_compute_scale: tuple[tuple[str, float], ...] = ()
     """(kernel dtype, fraction) pairs: dtypes whose grouped GEMMs reach that fraction of
-    ``grouped_compute`` (measured apart from the dtypes the figure was fitted to); a dtype not
-    listed reaches all of it."""
+    ``grouped_compute`` (each dtype's own median over the same curve); a dtype not listed reaches
+    all of it."""
 
     @property
     def grouped_stream(self) -> bool:
@@ -193,35 +193,42 @@ AIC = "aiconfigurator-core 0.12.0 tables ({system}, sglang {version}), derived b
 
 
 def triton_moe(memory: float, fixed_us: float, points: int, error: float, system: str, dtypes: tuple[str, ...],
-               engines: str, compute: tuple[float, int, tuple[tuple[str, float], ...], int, float]) -> KernelStream:
+               engines: str, *, share: float, half_width: int, scale: tuple[tuple[str, float], ...] = (),
+               compute_points: int, compute_error: float) -> KernelStream:
     """The engines' Triton fused MoE (sglang's and vLLM's ``fused_moe``: top-k, the alignment, two
     grouped GEMMs, the activation, the sum) on a device whose tables time it: where no table
     covers a shape, it streams the touched experts' weights at ``memory`` of HBM peak plus
     ``fixed_us`` for the whole operator, about ten times a small GEMM's fixed time, and once
-    compute-bound runs at ``compute``: (share of the bf16 peak for wide experts, the width at which
-    it halves, (dtype, fraction of that share) pairs, points, median relative error)."""
-    share, half, scale, compute_points, compute_error = compute
+    compute-bound reaches ``share`` x w / (w + ``half_width``) of the bf16 peak for experts w wide
+    on a rank, a dtype in ``scale`` that fraction of it. Per-tensor FP8 experts run the same
+    kernel as the FP8-block ones and take their figures."""
     return KernelStream(
         memory=memory, fixed_s=fixed_us * 1e-6, dtypes=frozenset(dtypes), grouped_memory=memory,
-        grouped_fixed_s=fixed_us * 1e-6, grouped_compute=share, grouped_half_width=half, grouped_compute_scale=scale,
+        grouped_fixed_s=fixed_us * 1e-6, grouped_compute=share, grouped_half_width=half_width,
+        grouped_compute_scale=scale,
         source=f"{engines}'s Triton fused MoE in aiconfigurator-core 0.12.0's {system} tables at 1-16 tokens "
-        f"(balanced routing, EP 1, {' and '.join(dtypes)} experts, every shape but those whose points beat the HBM "
+        f"(balanced routing, EP 1, bf16 and FP8-block experts, every shape but those whose points beat the HBM "
         f"peak or whose FP8-block width is not a multiple of 128): a line through {points} points, {fixed_us} us + "
         f"the touched experts' weights and the rows' activations at {memory} of HBM peak, fitted to relative error, "
         f"median |error| {error}%. Once compute-bound (the same tables' points from 4,096 tokens that take at least "
-        f"twice their weights' stream, {compute_points} of them): {share} x w / (w + {half}) of the bf16 peak for "
-        f"experts w wide on a rank" + "".join(f", {d} at {f} of it" for d, f in scale) + f", median relative error "
-        f"{compute_error}% (benchmarks/derive_device_constants.py). The generic figures priced these 1.2-2.1 times "
-        "too fast at one token and 1.7-3.4 times too fast at 8,192 tokens and more (the dense GEMMs' efficiency)")
+        f"twice their weights' stream, {compute_points} of them): {share} x w / (w + {half_width}) of the bf16 peak "
+        f"for experts w wide on a rank" + "".join(f", {d} at {f} of it" for d, f in scale) + f", median relative "
+        f"error {compute_error}% (benchmarks/derive_device_constants.py); a shape the engine ships a tuned tile "
+        "configuration for runs faster (docs/fidelity.md, 'The analytic fused MoE at many tokens'). The generic "
+        "figures priced these 1.2-2.1 times too fast at one token and 1.7-3.4 times at 8,192 tokens and more")
 
 
-TRITON_MOE_A100 = triton_moe(0.834, 44.9, 345, 5.9, "a100_sxm", ("bf16",), "sglang", (0.305, 60, (), 343, 10.6))
-TRITON_MOE_H100 = triton_moe(0.862, 27.0, 1765, 6.4, "h100_sxm", ("bf16", "fp8_block"), "sglang and vLLM",
-                             (0.631, 290, (("bf16", 0.806),), 1657, 14.2))
-TRITON_MOE_H200 = triton_moe(0.847, 28.5, 1781, 8.8, "h200_sxm", ("bf16", "fp8_block"), "sglang and vLLM",
-                             (0.696, 320, (("bf16", 0.857),), 1757, 16.0))
-TRITON_MOE_B200 = triton_moe(0.667, 29.3, 335, 9.0, "b200_sxm", ("bf16", "fp8_block"), "sglang",
-                             (0.344, 215, (("bf16", 0.656),), 303, 10.9))
+TRITON_MOE_A100 = triton_moe(0.834, 44.9, 345, 5.9, "a100_sxm", ("bf16",), "sglang",
+                             share=0.305, half_width=60, compute_points=343, compute_error=10.6)
+TRITON_MOE_H100 = triton_moe(0.862, 27.0, 1765, 6.4, "h100_sxm", ("bf16", "fp8_block", "fp8"), "sglang and vLLM",
+                             share=0.631, half_width=290, scale=(("bf16", 0.806),), compute_points=1657,
+                             compute_error=14.2)
+TRITON_MOE_H200 = triton_moe(0.847, 28.5, 1781, 8.8, "h200_sxm", ("bf16", "fp8_block", "fp8"), "sglang and vLLM",
+                             share=0.696, half_width=320, scale=(("bf16", 0.857),), compute_points=1757,
+                             compute_error=16.0)
+TRITON_MOE_B200 = triton_moe(0.667, 29.3, 335, 9.0, "b200_sxm", ("bf16", "fp8_block", "fp8"), "sglang",
+                             share=0.344, half_width=215, scale=(("bf16", 0.656),), compute_points=303,
+                             compute_error=10.9)
 
 HOPPER_H100 = Efficiency(
     gemm={"bf16": 0.724, "fp8": 0.514, "fp8_block": 0.619, "int8": 0.514}, attention=0.575, attention_fp8=0.695,

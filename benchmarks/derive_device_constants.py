@@ -200,11 +200,13 @@ def triton_points(device, engine: str):
 def triton_moe(device, engine: str) -> dict[tuple[str, str], float] | None:
     """The engine's Triton fused MoE in the device's tables (balanced routing, EP 1) against the
     analytic price infercast gives a fused MoE no table covers at the device's ``triton`` figures
+    (the engine's own, ``triton:engine``, where the device has them)
     (the cost model's ``moe`` shape: 6 x rows x hidden x width FLOPs, the touched experts' weights
     and the rows' activations): the median measured / analytic by (dtype, token band)."""
     from infercast.cost import COMPUTE_DTYPE
 
     ratios: dict[tuple[str, str], list[float]] = {}
+    kernel = next(k for k in (f"triton:{engine}", "triton") if k in device.efficiency.streams)  # as the cost model
     for dtype, top_k, experts, hidden, width, tokens, stream, seconds in triton_points(device, engine):
         rows = tokens * top_k
         cost = OpCost(flops=6.0 * rows * hidden * width, compute_dtype=COMPUTE_DTYPE.get(dtype, "bf16"),
@@ -213,11 +215,12 @@ def triton_moe(device, engine: str) -> dict[tuple[str, str], float] | None:
         band = ("32-512" if 32 <= tokens <= 512 else "1K-4K" if 1024 <= tokens <= 4096 else "8K+" if tokens >= 8192
                 else None)
         if band:
-            ratios.setdefault((dtype, band), []).append(seconds / analytic.kernel_time(cost, device, "triton").seconds)
+            ratios.setdefault((dtype, band), []).append(seconds / analytic.kernel_time(cost, device, kernel).seconds)
     return {k: statistics.median(v) for k, v in ratios.items()} or None
 
 
-def triton_moe_compute(device) -> tuple[float, int, dict[str, float], float, dict[str, float], int] | None:
+def triton_moe_compute(device, engines: tuple[str, ...] = ("sglang", "vllm")
+                       ) -> tuple[float, int, dict[str, float], float, dict[str, float], int] | None:
     """The engines' Triton fused MoE once compute-bound (``grouped_compute``): the points of
     sglang's and vLLM's tables from 4,096 tokens that take at least twice their weights' stream,
     as a share of the bf16 peak, s x w / (w + h) for experts w wide on a rank, s per dtype. h is the
@@ -225,7 +228,7 @@ def triton_moe_compute(device) -> tuple[float, int, dict[str, float], float, dic
     median of each point's share over w / (w + h). Returns (the largest s, h, each dtype's s over
     it, the median relative error, that error by engine, points)."""
     points = []
-    for engine in ("sglang", "vllm"):
+    for engine in engines:
         for dtype, top_k, experts, hidden, width, tokens, _, seconds in triton_points(device, engine):
             weights = experts * 3 * hidden * width * TRITON_MOE_BYTES[dtype]
             stream_s = weights / (device.hbm_bandwidth_bytes_per_s * device.efficiency.memory)
@@ -378,12 +381,16 @@ def main() -> int:
             if ratios is not None:
                 print(f"  Triton fused MoE ({engine}), measured / analytic at the triton figures: " + ", ".join(
                     f"{dtype} {band} tokens {r:.2f}" for (dtype, band), r in sorted(ratios.items())))
-        compute = triton_moe_compute(device)
-        if compute is not None:
+        fits = {engines: triton_moe_compute(device, engines) for engines in (("sglang", "vllm"), ("sglang",),
+                                                                             ("vllm",))}
+        for engines, compute in fits.items():
+            if compute is None or (len(engines) == 1 and compute[-1] == fits[("sglang", "vllm")][-1]):
+                continue  # one engine's tables alone: the pooled fit is that engine's
             top, half, scale, error, by_engine, n = compute
-            print(f"  Triton fused MoE compute-bound: {top:.3f} x w / (w + {half}) of bf16 peak, " + ", ".join(
-                f"{d} at {f:.3f} of it" for d, f in sorted(scale.items())) + f"; {n} points, median relative error "
-                f"{error:.1%} (" + ", ".join(f"{g} {e:.1%}" for g, e in sorted(by_engine.items())) + ")")
+            print(f"  Triton fused MoE compute-bound ({' and '.join(engines)}): {top:.3f} x w / (w + {half}) of bf16 "
+                  "peak, " + ", ".join(f"{d} at {f:.3f} of it" for d, f in sorted(scale.items()))
+                  + f"; {n} points, median relative error {error:.1%} ("
+                  + ", ".join(f"{g} {e:.1%}" for g, e in sorted(by_engine.items())) + ")")
         stream = triton_moe_stream(device)
         if stream is not None:
             memory, fixed, errors, dtypes, engines = stream

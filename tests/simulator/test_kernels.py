@@ -354,8 +354,9 @@ def test_a_triton_moe_no_table_covers_streams_at_the_familys_figure_near_its_tab
     for device, record in cases:
         model = CostModel(DEVICES[device], "sglang")
         measured = model.price(record, DECODE)
-        assert measured.source in ("measured", "interpolated") and model.stream_kernel(record, cost_of(record)) == "triton"
-        family = kernel_time(cost_of(record), DEVICES[device], "triton").seconds
+        kernel = model.stream_kernel(record, cost_of(record))  # sglang's own Triton figure (the same streaming)
+        assert measured.source in ("measured", "interpolated") and kernel == "triton:sglang"
+        family = kernel_time(cost_of(record), DEVICES[device], kernel).seconds
         generic = kernel_time(cost_of(record), DEVICES[device]).seconds
         errors.append(family / measured.seconds - 1)
         assert abs(family / measured.seconds - 1) < 0.25 and generic < 0.86 * measured.seconds
@@ -368,31 +369,59 @@ def test_a_triton_moe_no_table_covers_streams_at_the_familys_figure_near_its_tab
 
 def test_a_triton_moe_no_table_covers_at_many_tokens_runs_at_the_familys_compute_share() -> None:
     """Prompt-sized MoEs the tables time with sglang's Triton kernel, priced analytically: at the
-    family's compute-bound share of the bf16 peak (fitted to every shape's points from 4,096
-    tokens). A shape's own tile configuration moves it either way (Qwen3-235B's, which sglang
-    tunes for Hopper, runs 1.5 times faster than the share; GLM-5's untuned one 1.2 times
-    slower), so the check is the median within 30% and each within 60%, where the dense GEMMs'
-    efficiency was 1.7-3.4 times fast."""
+    family's compute-bound share of the bf16 peak (sglang's own on Hopper), fitted to every shape's
+    points from 4,096 tokens. Shapes sglang 0.5.14 ships no tuned tile configuration for come within
+    25%, where the dense GEMMs' efficiency was 1.7-3.4 times fast; shapes it tunes run faster than
+    priced (Qwen3-235B's bf16 experts at MoE TP8 on Hopper, E=128 N=192, and Mixtral's at TP8 on
+    H100, E=8 N=1792, have tuned files: 1.6-1.9 times), which the share does not know."""
     from infercast.analytic import kernel_time
 
-    cases = [("H100", (16384, 128, 4096, 192, 8, 8, "bf16")), ("H200", (16384, 128, 4096, 192, 8, 8, "bf16")),
-             ("H100", (16384, 128, 4096, 192, 8, 8, "fp8_block")), ("H200", (8192, 256, 7168, 256, 8, 8, "fp8_block")),
-             ("H200", (16384, 256, 3072, 384, 8, 4, "fp8_block")), ("B200", (8192, 256, 4096, 128, 8, 16, "bf16")),
-             ("B200", (8192, 256, 3072, 384, 8, 4, "fp8_block")), ("H100", (16384, 160, 6144, 320, 8, 8, "bf16")),
-             ("H200", (16384, 160, 6144, 320, 8, 8, "bf16"))]
-    errors = []
-    for device, shape in cases:
+    untuned = [("H100", (16384, 128, 4096, 192, 8, 8, "fp8_block")),
+               ("H200", (8192, 256, 7168, 256, 8, 8, "fp8_block")),
+               ("H200", (16384, 256, 3072, 384, 8, 4, "fp8_block")), ("B200", (8192, 256, 4096, 128, 8, 16, "bf16")),
+               ("B200", (8192, 256, 3072, 384, 8, 4, "fp8_block")), ("H100", (16384, 160, 6144, 320, 8, 8, "bf16")),
+               ("H200", (16384, 160, 6144, 320, 8, 8, "bf16")), ("H100", (16384, 256, 7168, 256, 8, 8, "bf16"))]
+    tuned = [("H100", (16384, 128, 4096, 192, 8, 8, "bf16")), ("H200", (16384, 128, 4096, 192, 8, 8, "bf16")),
+             ("H100", (16384, 8, 4096, 1792, 2, 8, "bf16"))]
+    for device, shape in untuned + tuned:
         record = fused_moe_record(*shape)
-        measured = CostModel(DEVICES[device], "sglang", moe_kernel="triton").price(record, PREFILL)
-        assert measured.source in ("measured", "interpolated")
-        family = kernel_time(cost_of(record), DEVICES[device], "triton")
-        stream = DEVICES[device].efficiency.streams["triton"]
+        model = CostModel(DEVICES[device], "sglang", moe_kernel="triton")
+        measured = model.price(record, PREFILL)
+        assert measured.source == "measured"
+        kernel = model.stream_kernel(record, cost_of(record))  # sglang's own figure where the device has one
+        assert kernel == ("triton:sglang" if device in ("H100", "H200") else "triton")
+        family = kernel_time(cost_of(record), DEVICES[device], kernel)
+        stream = DEVICES[device].efficiency.streams[kernel]
         assert family.bound == "compute" and family.seconds == pytest.approx(
             cost_of(record).flops / (DEVICES[device].peak("bf16") * stream.grouped_share(shape[3], shape[6]))
             + stream.grouped_fixed_s)
-        errors.append(family.seconds / measured.seconds - 1)
-        assert kernel_time(cost_of(record), DEVICES[device]).seconds < 0.7 * measured.seconds  # the generic figure
-    assert statistics.median(map(abs, errors)) < 0.3 and max(map(abs, errors)) < 0.6
+        if (device, shape) in untuned:
+            assert family.seconds == pytest.approx(measured.seconds, rel=0.25)
+            assert kernel_time(cost_of(record), DEVICES[device]).seconds < 0.7 * measured.seconds  # the generic one
+        else:
+            assert 1.4 < family.seconds / measured.seconds < 2.0
+
+
+@pytest.mark.parametrize("device", ["H100", "H200"])
+def test_each_engine_prices_its_own_triton_tiles_where_both_have_tables(device) -> None:
+    """sglang's and vLLM's Triton MoE tile configurations differ: on Hopper sglang's bf16 experts
+    reach about half of its FP8-block share once compute-bound, vLLM's about all of it. Each engine
+    takes its own figure (``triton:<engine>``), and a bf16 MoE no table covers costs sglang more."""
+    from infercast.analytic import kernel_time
+
+    record = fused_moe_record(16384, 160, 5120, 192, 8, 8, "bf16")  # GLM-4.6's experts at MoE TP8: no table
+    prices = {}
+    for engine in ("sglang", "vllm"):
+        model = CostModel(DEVICES[device], engine)
+        assert model.stream_kernel(record, cost_of(record)) == f"triton:{engine}"
+        priced = model.price(record, PREFILL)
+        assert priced.source == "analytic"
+        own = kernel_time(cost_of(record), DEVICES[device], f"triton:{engine}")
+        assert priced.seconds == pytest.approx(own.seconds)
+        prices[engine] = priced.seconds
+    assert prices["sglang"] > 1.3 * prices["vllm"]
+    trtllm = CostModel(DEVICES[device], "trtllm")  # no Triton MoE: not this figure
+    assert not (trtllm.stream_kernel(record, cost_of(record)) or "").startswith("triton")
 
 
 def test_a_moe_tp_the_tables_lack_is_read_from_the_nearest_one_scaled_by_the_analytic_ratio() -> None:

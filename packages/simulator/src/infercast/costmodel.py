@@ -181,7 +181,8 @@ class CostModel:
         for its dtype; a fused MoE: the kernel the engine's defaults pick for the architecture
         (the record's ``runner``), else its first MoE kernel, behind an all-to-all only if the engine
         keeps it there, :data:`LOCAL_EXPERT_KERNELS`), where the device has a streaming figure
-        for that family measured for this dtype; else None."""
+        for that family measured for this dtype, the engine's own (``family:engine``) first; else
+        None."""
         if record.name in DENSE_GEMMS:
             kernel = self.engine.dense_kernels.get(cost.kernel_dtype)
         elif record.name == "infercast::fused_moe":
@@ -191,7 +192,9 @@ class CostModel:
                 return None  # behind DeepEP engines run their DeepEP MoE kernels (sglang: DeepGEMM), not this
         else:
             return None
-        stream = self.device.efficiency.streams.get(kernel)
+        streams = self.device.efficiency.streams
+        kernel = next((k for k in (f"{kernel}:{self.engine.tables}", kernel) if k in streams), kernel)
+        stream = streams.get(kernel)
         return kernel if stream is not None and cost.kernel_dtype in stream.dtypes else None
 
     def _price(self, record: OpRecord, phase: Phase) -> Priced:

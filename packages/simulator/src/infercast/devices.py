@@ -170,7 +170,9 @@ class Efficiency:
     pays more again on Hopper. None: ``attention_fixed_s``."""
     streams: Mapping[str, KernelStream] = field(default_factory=dict)
     """Weight-only GEMM kernel families (``marlin``) measured to stream their weights
-    differently from ``memory`` and ``kernel_fixed_s``; a family not listed streams at those."""
+    differently from ``memory`` and ``kernel_fixed_s``; a family not listed streams at those.
+    ``family:engine`` (``triton:sglang``) is that engine's own figure for the family, taken
+    before the family's."""
     fp8_cast_s_per_element: float | None = None
     """Seconds per element of PyTorch's FP8-to-bf16 ``.to()`` over a large buffer (a ``cast``
     kernel; None: streamed at ``memory``). Not HBM-bound on Hopper: H100 and H200 cast at the
@@ -226,6 +228,29 @@ TRITON_MOE_H100 = triton_moe(0.862, 27.0, 1765, 6.4, "h100_sxm", ("bf16", "fp8_b
 TRITON_MOE_H200 = triton_moe(0.847, 28.5, 1781, 8.8, "h200_sxm", ("bf16", "fp8_block", "fp8"), "sglang and vLLM",
                              share=0.696, half_width=320, scale=(("bf16", 0.857),), compute_points=1757,
                              compute_error=16.0)
+
+
+def engine_triton_moe(base: KernelStream, engine: str, *, share: float, half_width: int,
+                      scale: tuple[tuple[str, float], ...], compute_points: int, compute_error: float) -> KernelStream:
+    """``base`` with ``engine``'s own compute-bound share, fitted to its Triton rows alone: the two
+    engines tune their tile configurations apart (on Hopper sglang's bf16 experts reach about half
+    of its FP8-block share, vLLM's about all of it), which one pooled scale leaves as a bias."""
+    return replace(base, grouped_compute=share, grouped_half_width=half_width, grouped_compute_scale=scale,
+                   source=f"{base.source}. {engine}'s own rows from 4,096 tokens ({compute_points}): {share} x w / "
+                   f"(w + {half_width}) of the bf16 peak" + "".join(f", {d} at {f} of it" for d, f in scale)
+                   + f", median relative error {compute_error}%")
+
+
+TRITON_MOE_H100_SGLANG = engine_triton_moe(TRITON_MOE_H100, "sglang", share=0.668, half_width=280,
+                                           scale=(("bf16", 0.579),), compute_points=956, compute_error=16.1)
+TRITON_MOE_H100_VLLM = engine_triton_moe(TRITON_MOE_H100, "vLLM", share=0.649, half_width=380,
+                                         scale=(("fp8_block", 0.974), ("fp8", 0.974)), compute_points=701,
+                                         compute_error=8.4)
+TRITON_MOE_H200_SGLANG = engine_triton_moe(TRITON_MOE_H200, "sglang", share=0.528, half_width=85,
+                                           scale=(("bf16", 0.518),), compute_points=998, compute_error=14.7)
+TRITON_MOE_H200_VLLM = engine_triton_moe(TRITON_MOE_H200, "vLLM", share=0.688, half_width=340,
+                                         scale=(("fp8_block", 0.925), ("fp8", 0.925)), compute_points=759,
+                                         compute_error=7.6)
 TRITON_MOE_B200 = triton_moe(0.667, 29.3, 335, 9.0, "b200_sxm", ("bf16", "fp8_block", "fp8"), "sglang",
                              share=0.344, half_width=215, scale=(("bf16", 0.656),), compute_points=303,
                              compute_error=10.9)
@@ -234,7 +259,8 @@ HOPPER_H100 = Efficiency(
     gemm={"bf16": 0.724, "fp8": 0.514, "fp8_block": 0.619, "int8": 0.514}, attention=0.575, attention_fp8=0.695,
     memory=0.858,
     kernel_fixed_s=3.01e-6, attention_fixed_s=9.98e-6, mla_attention_fixed_s=15.88e-6, link=1.04, scale_out=0.8,
-    collective_floor_s=4.82e-6, streams={"marlin": MARLIN_SM90, "triton": TRITON_MOE_H100},
+    collective_floor_s=4.82e-6, streams={"marlin": MARLIN_SM90, "triton": TRITON_MOE_H100,
+                                        "triton:sglang": TRITON_MOE_H100_SGLANG, "triton:vllm": TRITON_MOE_H100_VLLM},
     fp8_cast_s_per_element=2.907e-12,
     source=AIC.format(system="h100_sxm", version="0.5.14") + "; int8 assumed at the fp8 rate (same tensor-core "
     "peak on sm_90, no int8 table); link above 1: NVLink SHARP reduces in the switch",
@@ -243,7 +269,8 @@ HOPPER_H200 = Efficiency(
     gemm={"bf16": 0.693, "fp8": 0.560, "fp8_block": 0.606, "int8": 0.560}, attention=0.559, attention_fp8=0.680,
     memory=0.845,
     kernel_fixed_s=3.02e-6, attention_fixed_s=10.35e-6, mla_attention_fixed_s=16.20e-6, link=1.038, scale_out=0.8,
-    collective_floor_s=3.47e-6, streams={"marlin": MARLIN_SM90, "triton": TRITON_MOE_H200},
+    collective_floor_s=3.47e-6, streams={"marlin": MARLIN_SM90, "triton": TRITON_MOE_H200,
+                                        "triton:sglang": TRITON_MOE_H200_SGLANG, "triton:vllm": TRITON_MOE_H200_VLLM},
     fp8_cast_s_per_element=2.809e-12,
     source=AIC.format(system="h200_sxm", version="0.5.14") + "; int8 assumed at the fp8 rate (same tensor-core "
     "peak on sm_90, no int8 table); link above 1: NVLink SHARP reduces in the switch",

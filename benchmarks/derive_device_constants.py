@@ -199,8 +199,8 @@ def triton_points(device, engine: str):
 
 def triton_moe(device, engine: str) -> dict[tuple[str, str], float] | None:
     """The engine's Triton fused MoE in the device's tables (balanced routing, EP 1) against the
-    analytic price infercast gives a fused MoE no table covers at the device's ``triton`` figures
-    (the engine's own, ``triton:engine``, where the device has them)
+    analytic price infercast gives a fused MoE no table covers at the device's Triton figures, the
+    engine's own (``triton:<engine>``) where the device has them
     (the cost model's ``moe`` shape: 6 x rows x hidden x width FLOPs, the touched experts' weights
     and the rows' activations): the median measured / analytic by (dtype, token band)."""
     from infercast.cost import COMPUTE_DTYPE
@@ -220,13 +220,14 @@ def triton_moe(device, engine: str) -> dict[tuple[str, str], float] | None:
 
 
 def triton_moe_compute(device, engines: tuple[str, ...] = ("sglang", "vllm")
-                       ) -> tuple[float, int, dict[str, float], float, dict[str, float], int] | None:
-    """The engines' Triton fused MoE once compute-bound (``grouped_compute``): the points of
-    sglang's and vLLM's tables from 4,096 tokens that take at least twice their weights' stream,
-    as a share of the bf16 peak, s x w / (w + h) for experts w wide on a rank, s per dtype. h is the
-    half width (0-1,000 in steps of 5) with the least median relative error over all points, s the
-    median of each point's share over w / (w + h). Returns (the largest s, h, each dtype's s over
-    it, the median relative error, that error by engine, points)."""
+                       ) -> tuple[float, dict[str, tuple[float, int]], float, dict[str, float], int] | None:
+    """The ``engines``' Triton fused MoE once compute-bound (``grouped_compute``): their tables'
+    points from 4,096 tokens that take at least twice their weights' stream, as a share of the bf16
+    peak, s x w / (w + h) for experts w wide on a rank, fitted for each dtype apart (the engines
+    tune bf16 and FP8-block tiles apart: one half width for both misprices one by width). h is the
+    half width (0-1,000 in steps of 5) with the least median relative error over the dtype's points,
+    s the median of each point's share over w / (w + h). Returns (the largest s, each dtype's (s over
+    it, h), the median relative error over all points, that error by engine, points)."""
     points = []
     for engine in engines:
         for dtype, top_k, experts, hidden, width, tokens, _, seconds in triton_points(device, engine):
@@ -238,17 +239,20 @@ def triton_moe_compute(device, engines: tuple[str, ...] = ("sglang", "vllm")
     if not points:
         return None
 
-    def fit(half: int) -> tuple[float, dict[str, float], list[tuple[str, float]]]:
-        shares = {d: statistics.median(e * (w + half) / w for _, dt, w, e in points if dt == d)
-                  for d in {p[1] for p in points}}
-        errors = [(engine, abs(shares[d] * w / (w + half) / e - 1)) for engine, d, w, e in points]
-        return statistics.median(e for _, e in errors), shares, errors
+    def fit(dtype_points: list[tuple[float, float]], half: int) -> tuple[float, float]:
+        share = statistics.median(e * (w + half) / w for w, e in dtype_points)
+        return statistics.median(abs(share * w / (w + half) / e - 1) for w, e in dtype_points), share
 
-    half = min(range(0, 1001, 5), key=lambda h: fit(h)[0])
-    error, shares, errors = fit(half)
-    top = max(shares.values())
+    curves = {}
+    for dtype in sorted({p[1] for p in points}):
+        mine = [(w, e) for _, d, w, e in points if d == dtype]
+        half = min(range(0, 1001, 5), key=lambda h: fit(mine, h)[0])
+        curves[dtype] = (fit(mine, half)[1], half)
+    errors = [(engine, abs(curves[d][0] * w / (w + curves[d][1]) / e - 1)) for engine, d, w, e in points]
+    top = max(share for share, _ in curves.values())
     by_engine = {g: statistics.median(e for engine, e in errors if engine == g) for g in {g for g, _ in errors}}
-    return top, half, {d: v / top for d, v in shares.items()}, error, by_engine, len(points)
+    return (top, {d: (share / top, half) for d, (share, half) in curves.items()},
+            statistics.median(e for _, e in errors), by_engine, len(points))
 
 
 def triton_moe_stream(device) -> tuple[float, float, list[float], set[str], set[str]] | None:
@@ -386,9 +390,10 @@ def main() -> int:
         for engines, compute in fits.items():
             if compute is None or (len(engines) == 1 and compute[-1] == fits[("sglang", "vllm")][-1]):
                 continue  # one engine's tables alone: the pooled fit is that engine's
-            top, half, scale, error, by_engine, n = compute
-            print(f"  Triton fused MoE compute-bound ({' and '.join(engines)}): {top:.3f} x w / (w + {half}) of bf16 "
-                  "peak, " + ", ".join(f"{d} at {f:.3f} of it" for d, f in sorted(scale.items()))
+            top, curves, error, by_engine, n = compute
+            print(f"  Triton fused MoE compute-bound ({' and '.join(engines)}): share of bf16 peak s x w / (w + h), "
+                  + ", ".join(f"{d} s {f * top:.3f} ({f:.3f} of {top:.3f}) h {h}"
+                              for d, (f, h) in sorted(curves.items()))
                   + f"; {n} points, median relative error {error:.1%} ("
                   + ", ".join(f"{g} {e:.1%}" for g, e in sorted(by_engine.items())) + ")")
         stream = triton_moe_stream(device)

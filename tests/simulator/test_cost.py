@@ -143,12 +143,23 @@ def test_a_compute_bound_marlin_moe_runs_its_real_rows_at_the_familys_own_share_
             analytic.compute_seconds(big, device, marlin) / 0.75)
 
 
+def test_each_dtype_of_a_triton_figure_has_its_own_curve() -> None:
+    """sglang's Triton MoE on the H200: bf16 experts 0.266 x w / (w + 75) of the bf16 peak,
+    FP8-block ones 0.801 x w / (w + 345), per-tensor FP8 the FP8-block curve (the same kernel)."""
+    triton = H200.efficiency.streams["triton:sglang"]
+    for width in (64, 192, 1536):
+        assert triton.grouped_share(width, "bf16") == pytest.approx(0.266 * width / (width + 75))
+        assert triton.grouped_share(width, "fp8_block") == pytest.approx(0.801 * width / (width + 345))
+        assert triton.grouped_share(width, "fp8") == triton.grouped_share(width, "fp8_block")
+
+
 @pytest.mark.parametrize("field, value, message", [
     ("memory", 0.0, "KernelStream.memory is 0.0; it must be in (0, 1]"),
     ("grouped_compute", 1.5, "KernelStream.grouped_compute is 1.5; it must be None or in (0, 1]"),
     ("grouped_half_width", -1, "KernelStream.grouped_half_width is -1; it must be >= 0"),
     ("grouped_compute_scale", (("mxfp4", 1.5),),
      "KernelStream.grouped_compute_scale['mxfp4'] is 1.5; it must be in (0, 1]"),
+    ("grouped_half_widths", (("bf16", -5),), "KernelStream.grouped_half_widths['bf16'] is -5; it must be >= 0"),
 ])
 def test_a_kernel_stream_out_of_range_is_a_clear_error(field, value, message) -> None:
     from infercast_adapters import InfercastError

@@ -381,18 +381,18 @@ def test_qwen3_moe_decode(capsys, tmp_path, h100) -> None:
     # are read (a 5.46875 / 8 share of all expert bytes); FLOPs are the gate/up GEMM (2 x rows
     # x 256 x 256) and the down GEMM (2 x rows x 128 x 256); activations in and out of both
     # GEMMs: rows x 256 x 2 bytes x 2 + rows x 256 x 2 bytes x 1.5. sglang runs bf16 experts
-    # through its Triton fused MoE, which has figures of its own on the H100: it streams the bytes
-    # at its share of HBM plus one fixed time for the operator (not five small kernels' worth), and
-    # computes the real rows at its compute-bound share of the bf16 peak for experts 128 wide
-    # (KernelStream.grouped_share: 0.631 x 0.806 x 128 / (128 + 290)), not padded to tiles.
+    # through its Triton fused MoE, which has figures of its own on the H100 (sglang's own,
+    # ``triton:sglang``): it streams the bytes at its share of HBM plus one fixed time for the
+    # operator (not five small kernels' worth), and computes the real rows at its compute-bound
+    # share of the bf16 peak for experts 128 wide (bf16: 0.234 x 128 / (128 + 80)), not padded to tiles.
     rows = BATCH * top_k
     active = experts * (1 - (1 - top_k / experts) ** BATCH)
     assert active == 5.46875
     expert_bytes = experts * 3 * h * moe_inter * BF16
     nbytes = expert_bytes * active / experts + rows * h * BF16 * 2 + rows * 2 * moe_inter * BF16 * 1.5
     flops = 2 * rows * h * 2 * moe_inter + 2 * rows * moe_inter * h
-    triton = h100.efficiency.streams["triton"]
-    assert triton.grouped_share(moe_inter, "bf16") == pytest.approx(0.631 * 0.806 * 128 / (128 + 290))
+    triton = h100.efficiency.streams["triton:sglang"]
+    assert triton.grouped_share(moe_inter, "bf16") == pytest.approx(0.234 * 128 / (128 + 80))
     compute = flops / (h100.peak_flops_per_s["bf16"] * triton.grouped_share(moe_inter, "bf16"))
     memory = nbytes / (triton.grouped_memory * h100.hbm_bandwidth_bytes_per_s)
     bound = "latency" if triton.grouped_fixed_s > max(compute, memory) else "memory"

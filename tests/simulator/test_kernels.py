@@ -369,11 +369,12 @@ def test_a_triton_moe_no_table_covers_streams_at_the_familys_figure_near_its_tab
 
 def test_a_triton_moe_no_table_covers_at_many_tokens_runs_at_the_familys_compute_share() -> None:
     """Prompt-sized MoEs the tables time with sglang's Triton kernel, priced analytically: at the
-    family's compute-bound share of the bf16 peak (sglang's own on Hopper), fitted to every shape's
-    points from 4,096 tokens. Shapes sglang 0.5.14 ships no tuned tile configuration for come within
-    25%, where the dense GEMMs' efficiency was 1.7-3.4 times fast; shapes it tunes run faster than
-    priced (Qwen3-235B's bf16 experts at MoE TP8 on Hopper, E=128 N=192, and Mixtral's at TP8 on
-    H100, E=8 N=1792, have tuned files: 1.6-1.9 times), which the share does not know."""
+    family's compute-bound share of the bf16 peak (sglang's own on Hopper, each dtype its own
+    curve), fitted to every shape's points from 4,096 tokens. Shapes sglang 0.5.14 ships no tuned
+    tile configuration for come within 30% (most within 10%), where the dense GEMMs' efficiency was
+    1.7-3.4 times fast; shapes it tunes run faster than priced (Qwen3-235B's bf16 experts at MoE
+    TP8 on Hopper, E=128 N=192, 1.8 times; Mixtral's at TP8 on H100, E=8 N=1792, 2.4 times), which
+    the share does not know."""
     from infercast.analytic import kernel_time
 
     untuned = [("H100", (16384, 128, 4096, 192, 8, 8, "fp8_block")),
@@ -396,10 +397,10 @@ def test_a_triton_moe_no_table_covers_at_many_tokens_runs_at_the_familys_compute
             cost_of(record).flops / (DEVICES[device].peak("bf16") * stream.grouped_share(shape[3], shape[6]))
             + stream.grouped_fixed_s)
         if (device, shape) in untuned:
-            assert family.seconds == pytest.approx(measured.seconds, rel=0.25)
+            assert family.seconds == pytest.approx(measured.seconds, rel=0.3)
             assert kernel_time(cost_of(record), DEVICES[device]).seconds < 0.7 * measured.seconds  # the generic one
         else:
-            assert 1.4 < family.seconds / measured.seconds < 2.0
+            assert 1.5 < family.seconds / measured.seconds < 2.6
 
 
 @pytest.mark.parametrize("device", ["H100", "H200"])

@@ -193,6 +193,7 @@ class CostModel:
         else:
             return None
         streams = self.device.efficiency.streams
+        # the engine's own entry replaces the family's whole (a copy of it with the engine's curves)
         kernel = next((k for k in (f"{kernel}:{self.engine.tables}", kernel) if k in streams), kernel)
         stream = streams.get(kernel)
         return kernel if stream is not None and cost.kernel_dtype in stream.dtypes else None

@@ -33,7 +33,8 @@ class KernelStream:
     fixed_s: float
     """Time on top of the stream (the intercept)."""
     dtypes: frozenset[str]
-    """The kernel dtypes it was measured for; the family's other dtypes stream at the generic figure."""
+    """The kernel dtypes it was measured for, or taken to match (the same kernel); the family's
+    other dtypes stream at the generic figure."""
     source: str
     grouped_compute: float | None = None
     """Achieved / peak bf16 tensor rate of the family's grouped GEMMs (a fused MoE) once they are
@@ -53,6 +54,9 @@ class KernelStream:
     """(kernel dtype, fraction) pairs: dtypes whose grouped GEMMs reach that fraction of
     ``grouped_compute`` (each dtype's own median over the same curve); a dtype not listed reaches
     all of it."""
+    grouped_half_widths: tuple[tuple[str, float], ...] = ()
+    """(kernel dtype, half width) pairs: dtypes whose share halves at a width of their own (an
+    engine tunes their tiles apart); a dtype not listed halves at ``grouped_half_width``."""
 
     @property
     def grouped_stream(self) -> bool:
@@ -78,14 +82,17 @@ class KernelStream:
                 ("grouped_memory", self.grouped_memory, 0 < self.grouped_memory <= 1, "in (0, 1]"),
                 ("grouped_fixed_s", self.grouped_fixed_s, self.grouped_fixed_s >= 0, ">= 0"),
                 *((f"grouped_compute_scale[{dtype!r}]", scale, 0 < scale <= 1, "in (0, 1]")
-                  for dtype, scale in self.grouped_compute_scale)):
+                  for dtype, scale in self.grouped_compute_scale),
+                *((f"grouped_half_widths[{dtype!r}]", half, half >= 0, ">= 0")
+                  for dtype, half in self.grouped_half_widths)):
             if not ok:
                 raise InfercastError(f"KernelStream.{name} is {value!r}; it must be {valid}")
 
     def grouped_share(self, width: float, kernel_dtype: str | None = None) -> float:
         """Share of the bf16 peak a grouped GEMM of ``kernel_dtype`` over experts ``width`` wide on
         this rank reaches."""
-        narrowing = 1.0 if width == math.inf else width / (width + self.grouped_half_width)
+        half = dict(self.grouped_half_widths).get(kernel_dtype, self.grouped_half_width)
+        narrowing = 1.0 if width == math.inf else width / (width + half)
         scale = dict(self.grouped_compute_scale).get(kernel_dtype, 1.0)
         return (self.grouped_compute or 0.0) * narrowing * scale
 
@@ -194,66 +201,79 @@ class Efficiency:
 AIC = "aiconfigurator-core 0.12.0 tables ({system}, sglang {version}), derived by benchmarks/derive_device_constants.py"
 
 
+def _curves(curves: tuple[tuple[str, float, int], ...]) -> dict:
+    """``KernelStream`` fields of per-dtype compute curves (dtype, share of the bf16 peak, half
+    width): the largest share is ``grouped_compute``, the others fractions of it; per-tensor FP8
+    experts run the FP8-block kernel and take its curve."""
+    curves = curves + tuple(("fp8", share, half) for d, share, half in curves if d == "fp8_block")
+    top = max(share for _, share, _ in curves)
+    base = next(half for _, share, half in curves if share == top)
+    return dict(grouped_compute=top, grouped_half_width=base,
+                grouped_compute_scale=tuple((d, share / top) for d, share, _ in curves if share != top),
+                grouped_half_widths=tuple((d, half) for d, _, half in curves if half != base))
+
+
+def _described(curves: tuple[tuple[str, float, int], ...]) -> str:
+    return ", ".join(f"{d} {share} x w / (w + {half})" for d, share, half in curves)
+
+
 def triton_moe(memory: float, fixed_us: float, points: int, error: float, system: str, dtypes: tuple[str, ...],
-               engines: str, *, share: float, half_width: int, scale: tuple[tuple[str, float], ...] = (),
-               compute_points: int, compute_error: float) -> KernelStream:
+               engines: str, *, curves: tuple[tuple[str, float, int], ...], compute_points: int,
+               compute_error: float) -> KernelStream:
     """The engines' Triton fused MoE (sglang's and vLLM's ``fused_moe``: top-k, the alignment, two
     grouped GEMMs, the activation, the sum) on a device whose tables time it: where no table
     covers a shape, it streams the touched experts' weights at ``memory`` of HBM peak plus
     ``fixed_us`` for the whole operator, about ten times a small GEMM's fixed time, and once
-    compute-bound reaches ``share`` x w / (w + ``half_width``) of the bf16 peak for experts w wide
-    on a rank, a dtype in ``scale`` that fraction of it. Per-tensor FP8 experts run the same
-    kernel as the FP8-block ones and take their figures."""
+    compute-bound reaches ``curves``: (dtype, share of the bf16 peak for wide experts, the width
+    at which it halves), each dtype fitted apart. Per-tensor FP8 experts run the same kernel as
+    the FP8-block ones and take their figures."""
     return KernelStream(
         memory=memory, fixed_s=fixed_us * 1e-6, dtypes=frozenset(dtypes), grouped_memory=memory,
-        grouped_fixed_s=fixed_us * 1e-6, grouped_compute=share, grouped_half_width=half_width,
-        grouped_compute_scale=scale,
+        grouped_fixed_s=fixed_us * 1e-6, **_curves(curves),
         source=f"{engines}'s Triton fused MoE in aiconfigurator-core 0.12.0's {system} tables at 1-16 tokens "
         f"(balanced routing, EP 1, bf16 and FP8-block experts, every shape but those whose points beat the HBM "
         f"peak or whose FP8-block width is not a multiple of 128): a line through {points} points, {fixed_us} us + "
         f"the touched experts' weights and the rows' activations at {memory} of HBM peak, fitted to relative error, "
         f"median |error| {error}%. Once compute-bound (the same tables' points from 4,096 tokens that take at least "
-        f"twice their weights' stream, {compute_points} of them): {share} x w / (w + {half_width}) of the bf16 peak "
-        f"for experts w wide on a rank" + "".join(f", {d} at {f} of it" for d, f in scale) + f", median relative "
-        f"error {compute_error}% (benchmarks/derive_device_constants.py); a shape the engine ships a tuned tile "
-        "configuration for runs faster (docs/fidelity.md, 'The analytic fused MoE at many tokens'). The generic "
-        "figures priced these 1.2-2.1 times too fast at one token and 1.7-3.4 times at 8,192 tokens and more")
+        f"twice their weights' stream, {compute_points} of them, each dtype fitted apart): a share of the bf16 peak "
+        f"for experts w wide on a rank, {_described(curves)}, median relative error {compute_error}% "
+        "(benchmarks/derive_device_constants.py); a shape the engine ships a tuned tile configuration for runs "
+        "faster (docs/fidelity.md, 'The analytic fused MoE at many tokens'). The generic figures priced these "
+        "1.2-2.1 times too fast at one token and 1.7-3.4 times at 8,192 tokens and more")
 
 
 TRITON_MOE_A100 = triton_moe(0.834, 44.9, 345, 5.9, "a100_sxm", ("bf16",), "sglang",
-                             share=0.305, half_width=60, compute_points=343, compute_error=10.6)
+                             curves=(("bf16", 0.305, 60),), compute_points=343, compute_error=10.6)
 TRITON_MOE_H100 = triton_moe(0.862, 27.0, 1765, 6.4, "h100_sxm", ("bf16", "fp8_block", "fp8"), "sglang and vLLM",
-                             share=0.631, half_width=290, scale=(("bf16", 0.806),), compute_points=1657,
-                             compute_error=14.2)
+                             curves=(("bf16", 0.527, 310), ("fp8_block", 0.672, 350)), compute_points=1657,
+                             compute_error=14.5)
 TRITON_MOE_H200 = triton_moe(0.847, 28.5, 1781, 8.8, "h200_sxm", ("bf16", "fp8_block", "fp8"), "sglang and vLLM",
-                             share=0.696, half_width=320, scale=(("bf16", 0.857),), compute_points=1757,
-                             compute_error=16.0)
+                             curves=(("bf16", 0.578, 300), ("fp8_block", 0.628, 235)), compute_points=1757,
+                             compute_error=16.8)
 
 
-def engine_triton_moe(base: KernelStream, engine: str, *, share: float, half_width: int,
-                      scale: tuple[tuple[str, float], ...], compute_points: int, compute_error: float) -> KernelStream:
-    """``base`` with ``engine``'s own compute-bound share, fitted to its Triton rows alone: the two
-    engines tune their tile configurations apart (on Hopper sglang's bf16 experts reach about half
-    of its FP8-block share, vLLM's about all of it), which one pooled scale leaves as a bias."""
-    return replace(base, grouped_compute=share, grouped_half_width=half_width, grouped_compute_scale=scale,
-                   source=f"{base.source}. {engine}'s own rows from 4,096 tokens ({compute_points}): {share} x w / "
-                   f"(w + {half_width}) of the bf16 peak" + "".join(f", {d} at {f} of it" for d, f in scale)
-                   + f", median relative error {compute_error}%")
+def engine_triton_moe(base: KernelStream, label: str, *, curves: tuple[tuple[str, float, int], ...],
+                      compute_points: int, compute_error: float) -> KernelStream:
+    """``base`` with one engine's own compute-bound curves (``label`` names it), fitted to its
+    Triton rows alone: the two engines tune their tile configurations apart (on Hopper sglang's
+    bf16 experts reach about a third of its FP8-block share, vLLM's most of it), which pooled
+    curves leave as a bias."""
+    return replace(base, **_curves(curves),
+                   source=f"{base.source}. {label}'s own rows from 4,096 tokens ({compute_points}): "
+                   f"{_described(curves)} of the bf16 peak, median relative error {compute_error}%")
 
 
-TRITON_MOE_H100_SGLANG = engine_triton_moe(TRITON_MOE_H100, "sglang", share=0.668, half_width=280,
-                                           scale=(("bf16", 0.579),), compute_points=956, compute_error=16.1)
-TRITON_MOE_H100_VLLM = engine_triton_moe(TRITON_MOE_H100, "vLLM", share=0.649, half_width=380,
-                                         scale=(("fp8_block", 0.974), ("fp8", 0.974)), compute_points=701,
-                                         compute_error=8.4)
-TRITON_MOE_H200_SGLANG = engine_triton_moe(TRITON_MOE_H200, "sglang", share=0.528, half_width=85,
-                                           scale=(("bf16", 0.518),), compute_points=998, compute_error=14.7)
-TRITON_MOE_H200_VLLM = engine_triton_moe(TRITON_MOE_H200, "vLLM", share=0.688, half_width=340,
-                                         scale=(("fp8_block", 0.925), ("fp8", 0.925)), compute_points=759,
-                                         compute_error=7.6)
+TRITON_MOE_H100_SGLANG = engine_triton_moe(TRITON_MOE_H100, "sglang", curves=(("bf16", 0.234, 80),
+                                           ("fp8_block", 0.694, 310)), compute_points=956, compute_error=7.9)
+TRITON_MOE_H100_VLLM = engine_triton_moe(TRITON_MOE_H100, "vLLM", curves=(("bf16", 0.545, 265),
+                                         ("fp8_block", 0.648, 415)), compute_points=701, compute_error=8.1)
+TRITON_MOE_H200_SGLANG = engine_triton_moe(TRITON_MOE_H200, "sglang", curves=(("bf16", 0.266, 75),
+                                           ("fp8_block", 0.801, 345)), compute_points=998, compute_error=7.6)
+TRITON_MOE_H200_VLLM = engine_triton_moe(TRITON_MOE_H200, "vLLM", curves=(("bf16", 0.667, 315),
+                                         ("fp8_block", 0.661, 380)), compute_points=759, compute_error=7.5)
 TRITON_MOE_B200 = triton_moe(0.667, 29.3, 335, 9.0, "b200_sxm", ("bf16", "fp8_block", "fp8"), "sglang",
-                             share=0.344, half_width=215, scale=(("bf16", 0.656),), compute_points=303,
-                             compute_error=10.9)
+                             curves=(("bf16", 0.218, 190), ("fp8_block", 0.449, 530)), compute_points=303,
+                             compute_error=6.2)
 
 HOPPER_H100 = Efficiency(
     gemm={"bf16": 0.724, "fp8": 0.514, "fp8_block": 0.619, "int8": 0.514}, attention=0.575, attention_fp8=0.695,
@@ -396,6 +416,7 @@ class DeviceSpec:
                 "collective_floor_us": self.efficiency.collective_floor_s * 1e6,
                 "streams": {name: {"memory": k.memory, "fixed_us": k.fixed_s * 1e6, "dtypes": sorted(k.dtypes),
                                    "grouped_compute": k.grouped_compute, "grouped_half_width": k.grouped_half_width,
+                                   "grouped_half_widths": dict(k.grouped_half_widths),
                                    "grouped_compute_scale": dict(k.grouped_compute_scale),
                                    "grouped_sm_gb_per_s": (k.grouped_sm_bytes_per_s / 1e9
                                                            if k.grouped_sm_bytes_per_s is not None else None),

@@ -1,4 +1,4 @@
-"""Derive sglang's eager launch time per kernel from a logged eager forward.
+"""Derive sglang's and vLLM's launch time per kernel from forwards timed without CUDA graphs.
 
 sglang PR 12160 (2025-10-14 log) timed a DeepSeek-V3 prefill of one new token over one cached
 token at 82.6 ms launched eagerly ("forward cost") and 23.1 ms replayed as a CUDA graph (TP8, a
@@ -13,6 +13,15 @@ time) takes 82.6 ms. The result depends on how many kernels the tracer emits, so
 a change that adds or removes kernels from a DeepSeek forward and update
 ``infercast.engines.SGLANG_EAGER``. The GPU is not named in the log; the figure is printed for
 each Hopper device with tables to show that it hardly depends on it.
+
+vLLM issue 45709 (August 2026, vLLM 0.28.1rc1) served Qwen3-30B-A3B in bf16 on 4 x L20 at TP4
+(PyNCCL all-reduce, 3,500-token prompts, 1,500-token outputs, 8 clients) compiled with
+cudagraph_mode NONE and with PIECEWISE: 34.4 ms and 11.8 ms a token. The GPU work is the same
+in both, so the forward without graphs is host-bound: vLLM's launch time, the Python around
+each kernel included. The same search gives the launch time at which the simulator's forward of
+that decode batch (8 requests of one token over about 4,250 cached, no graphs, no all-reduce
+fusion over PCIe) takes 34.4 ms, on the built-in Hopper and Ampere devices (the L20 is not one;
+a host-bound forward hardly depends on the GPU), for ``infercast.engines.VLLM_EAGER``.
 
 Run: .venv/bin/python benchmarks/derive_engine_constants.py
 """
@@ -30,44 +39,61 @@ VERSION = "0.5.3"
 """The last release before the log (sglang main on 2025-10-14): eager prefill, no all-reduce
 fusion on sm_90."""
 STEP_ROW = "host: scheduling"
+VLLM_LOGGED_S = 34.4e-3
+"""vLLM issue 45709: TPOT 34.4 ms with ``cudagraph_mode`` NONE (PIECEWISE: 11.8 ms)."""
+VLLM_CONTEXT = 3500 + 1500 // 2
+"""The mean context of its decode steps: the prompt and half the output."""
 
 
-def eager_forward_s(device: str, launch_s: float) -> tuple[float, int]:
-    """The simulated eager forward of PR 12160's batch at ``launch_s`` a kernel, and its kernels."""
-    sglang = engines.ENGINES["sglang"]
-    engines.ENGINES["sglang"] = replace(sglang, eager_launch=replace(sglang.eager_launch, seconds=launch_s))
+def eager_forward_s(device: str, launch_s: float, engine: str = "sglang") -> tuple[float, int]:
+    """The simulated forward without graphs of ``engine``'s logged batch at ``launch_s`` a
+    kernel, without the per-step scheduling row, and its kernels."""
+    saved = engines.ENGINES[engine]
+    engines.ENGINES[engine] = replace(saved, eager_launch=replace(saved.eager_launch, seconds=launch_s))
     try:
-        r = simulate(UserInput(model="deepseek-ai/DeepSeek-V3", device=device, num_devices=8, tp_size=8,
-                               num_queries=1, query_length=1, context_length=1, engine_version=VERSION,
-                               prefill_cuda_graph="off"))
+        if engine == "sglang":
+            batch = UserInput(model="deepseek-ai/DeepSeek-V3", device=device, num_devices=8, tp_size=8,
+                              num_queries=1, query_length=1, context_length=1, engine_version=VERSION,
+                              prefill_cuda_graph="off")
+        else:
+            batch = UserInput(model="Qwen/Qwen3-30B-A3B", device=device, num_devices=4, tp_size=4, num_queries=8,
+                              query_length=1, context_length=VLLM_CONTEXT, engine="vllm", prefill_cuda_graph="off",
+                              all_reduce_fusion="off")
+        r = simulate(batch)
     finally:
-        engines.ENGINES["sglang"] = sglang
+        engines.ENGINES[engine] = saved
     step_row = sum(row.total_ms for row in r.ops if row.name.startswith(STEP_ROW))
     return (r.step_latency_ms - step_row) / 1e3, r.kernel_count
 
 
-def launch_time_for(device: str, target_s: float = LOGGED_EAGER_S) -> tuple[float, int]:
+def launch_time_for(device: str, target_s: float = LOGGED_EAGER_S, engine: str = "sglang") -> tuple[float, int]:
     """The launch time at which the simulated forward takes ``target_s`` (bisection: the
     forward grows with the launch time)."""
     low, high = 0.0, 200e-6
     for _ in range(40):
         mid = (low + high) / 2
-        if eager_forward_s(device, mid)[0] < target_s:
+        if eager_forward_s(device, mid, engine)[0] < target_s:
             low = mid
         else:
             high = mid
-    return (low + high) / 2, eager_forward_s(device, high)[1]
+    return (low + high) / 2, eager_forward_s(device, high, engine)[1]
 
 
 def main() -> None:
     print(f"sglang {VERSION}, DeepSeek-V3 on 8 GPUs TP8, 1 new token over 1 cached, eager; "
           f"logged forward {LOGGED_EAGER_S * 1e3:.1f} ms (sglang PR 12160)")
-    current = engines.SGLANG_EAGER.seconds
-    for device in ("H100", "H200"):
-        launch_s, kernels = launch_time_for(device)
-        at_current = eager_forward_s(device, current)[0]
-        print(f"{device}: {kernels:,} kernels; launch time {launch_s * 1e6:.1f} us a kernel "
-              f"(infercast.engines.SGLANG_EAGER: {current * 1e6:.1f} us, which gives {at_current * 1e3:.1f} ms)")
+    for engine, target, current, devices in (
+            ("sglang", LOGGED_EAGER_S, engines.SGLANG_EAGER.seconds, ("H100", "H200")),
+            ("vllm", VLLM_LOGGED_S, engines.VLLM_EAGER.seconds, ("H100", "H200", "A100"))):
+        if engine == "vllm":
+            print(f"vLLM, Qwen3-30B-A3B bf16 on 4 GPUs TP4, 8 requests decoding over {VLLM_CONTEXT:,} tokens, "
+                  f"compiled without graphs; measured {VLLM_LOGGED_S * 1e3:.1f} ms a token (vLLM issue 45709)")
+        for device in devices:
+            launch_s, kernels = launch_time_for(device, target, engine)
+            at_current = eager_forward_s(device, current, engine)[0]
+            name = "SGLANG_EAGER" if engine == "sglang" else "VLLM_EAGER"
+            print(f"{device}: {kernels:,} kernels; launch time {launch_s * 1e6:.1f} us a kernel "
+                  f"(infercast.engines.{name}: {current * 1e6:.1f} us, which gives {at_current * 1e3:.1f} ms)")
 
 
 if __name__ == "__main__":

@@ -664,6 +664,15 @@ TORCH_EAGER = HostCost(
     8e-6,
     "eager PyTorch host submit cost of one CUDA kernel, 8 us per op on an A100 (flagos-ai/Torch-FL PR #27)",
 )
+VLLM_EAGER = HostCost(
+    41.9e-6,
+    "vLLM launching a compiled forward without CUDA graphs: Qwen3-30B-A3B bf16 on 4 x L20 at TP4 decoded 8 requests "
+    "at 34.4 ms a token with cudagraph_mode NONE and 11.8 ms with PIECEWISE (vLLM issue 45709, vLLM 0.28.1rc1, "
+    "PyNCCL all-reduce, 3,500-token prompts); host-bound, so the launch time at which infercast's forward of that "
+    "batch without graphs (821 kernels) takes 34.4 ms: 41.9 us per kernel (benchmarks/derive_engine_constants.py). "
+    "The Python around each kernel (custom ops, the fused MoE's modular kernel, Inductor's wrapper), not PyTorch's "
+    "8 us dispatch alone",
+)
 SGLANG_STEP = HostCost(
     0.31e-3,
     "sglang's per-token framework time with a mocked 2.632 ms forward: median TPOT 2.94 ms at concurrency 1, "
@@ -840,7 +849,7 @@ register(Engine(
                                  "0.16.0; max_num_seqs defaults to 1,024 on GPUs of 70 GiB or more, 256 on others: "
                                  "512 either way; a smaller --max-num-seqs captures less, not modelled); a larger "
                                  "forward runs the compiled pieces without graphs, launching every kernel"),
-    eager_launch=TORCH_EAGER, step=VLLM_ASYNC_STEP, step_without_overlap=VLLM_STEP, overlap_since=VLLM_ASYNC_SINCE,
+    eager_launch=VLLM_EAGER, step=VLLM_ASYNC_STEP, step_without_overlap=VLLM_STEP, overlap_since=VLLM_ASYNC_SINCE,
     all_reduce_fusion=VLLM_ALL_REDUCE_FUSION, pointwise=VLLM_POINTWISE,
     request=replace(SGLANG_REQUEST, source="assumed equal to sglang's (both serve the OpenAI API from Python): "
                     + SGLANG_REQUEST.source),

@@ -20,8 +20,12 @@ cudagraph_mode NONE and with PIECEWISE: 34.4 ms and 11.8 ms a token. The GPU wor
 in both, so the forward without graphs is host-bound: vLLM's launch time, the Python around
 each kernel included. The same search gives the launch time at which the simulator's forward of
 that decode batch (8 requests of one token over about 4,250 cached, no graphs, no all-reduce
-fusion over PCIe) takes 34.4 ms, on the built-in Hopper and Ampere devices (the L20 is not one;
-a host-bound forward hardly depends on the GPU), for ``infercast.engines.VLLM_EAGER``.
+fusion over PCIe), with the engine's per-step host row that every simulated vLLM step carries,
+takes 34.4 ms, for ``infercast.engines.VLLM_EAGER``. Every layer of it is host-bound, so the
+figure is the TPOT less that row over the kernels, on any device (the L20 is not a built-in one).
+The TPOT also carries the run's second wave of prompts, whose 2,048-token chunks ran without
+graphs in both modes among the first wave's decodes: about 2% of it by the issue's first-wave
+TTFT (1,240 ms over 14 chunks), left in.
 
 Run: .venv/bin/python benchmarks/derive_engine_constants.py
 """
@@ -46,8 +50,9 @@ VLLM_CONTEXT = 3500 + 1500 // 2
 
 
 def eager_forward_s(device: str, launch_s: float, engine: str = "sglang") -> tuple[float, int]:
-    """The simulated forward without graphs of ``engine``'s logged batch at ``launch_s`` a
-    kernel, without the per-step scheduling row, and its kernels."""
+    """The simulated step without graphs of ``engine``'s measured batch at ``launch_s`` a kernel,
+    and its kernels: sglang's without the per-step scheduling row (its log times the forward
+    alone), vLLM's with it (a client's TPOT includes the step's host time)."""
     saved = engines.ENGINES[engine]
     engines.ENGINES[engine] = replace(saved, eager_launch=replace(saved.eager_launch, seconds=launch_s))
     try:
@@ -62,7 +67,7 @@ def eager_forward_s(device: str, launch_s: float, engine: str = "sglang") -> tup
         r = simulate(batch)
     finally:
         engines.ENGINES[engine] = saved
-    step_row = sum(row.total_ms for row in r.ops if row.name.startswith(STEP_ROW))
+    step_row = sum(row.total_ms for row in r.ops if row.name.startswith(STEP_ROW)) if engine == "sglang" else 0.0
     return (r.step_latency_ms - step_row) / 1e3, r.kernel_count
 
 

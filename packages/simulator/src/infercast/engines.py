@@ -665,13 +665,13 @@ TORCH_EAGER = HostCost(
     "eager PyTorch host submit cost of one CUDA kernel, 8 us per op on an A100 (flagos-ai/Torch-FL PR #27)",
 )
 VLLM_EAGER = HostCost(
-    41.9e-6,
+    41.5e-6,
     "vLLM launching a compiled forward without CUDA graphs: Qwen3-30B-A3B bf16 on 4 x L20 at TP4 decoded 8 requests "
-    "at 34.4 ms a token with cudagraph_mode NONE and 11.8 ms with PIECEWISE (vLLM issue 45709, vLLM 0.28.1rc1, "
-    "PyNCCL all-reduce, 3,500-token prompts); host-bound, so the launch time at which infercast's forward of that "
-    "batch without graphs (821 kernels) takes 34.4 ms: 41.9 us per kernel (benchmarks/derive_engine_constants.py). "
-    "The Python around each kernel (custom ops, the fused MoE's modular kernel, Inductor's wrapper), not PyTorch's "
-    "8 us dispatch alone",
+    "at a TPOT of 34.4 ms with cudagraph_mode NONE and 11.8 ms with PIECEWISE (vLLM issue 45709, vLLM 0.28.1rc1, "
+    "PyNCCL all-reduce, 3,500-token prompts); host-bound, so the launch time at which infercast's step of that batch "
+    "without graphs (821 kernels, with its per-step host row) takes 34.4 ms: 41.5 us per kernel "
+    "(benchmarks/derive_engine_constants.py), likely the Python around each kernel (custom ops, the fused MoE, "
+    "Inductor's wrapper) more than PyTorch's 8 us dispatch; the host's CPU is not named",
 )
 SGLANG_STEP = HostCost(
     0.31e-3,

@@ -13,7 +13,7 @@ the decodes unless launched with --enable-mixed-chunk; vLLM mixes them), the sch
 version runs by default (vLLM from 0.14.0 one step ahead of the GPU; the all-reduce fused with
 the norm after it by sglang's rules for the version, by vLLM's from 0.17.0), the launch flags of
 the run's recipe that the simulator prices (:func:`recipe`: prompt budget, running requests,
-KV cache dtype, sglang's --scheduler-recv-interval), and the engine's per-request host time
+KV cache dtype, sglang's --scheduler-recv-interval, vLLM's largest captured size), and the engine's per-request host time
 added to each TTFT, with the prompt tokenized as the run's version calls the model's tokenizer.
 The mean TTFT therefore includes the first wave of N prompts arriving together (InferenceX's
 warm-up requests precede the timed ones and are not counted).
@@ -182,6 +182,18 @@ class Recipe:
     """The fused-MoE kernel the launch selects (``--moe-kernel``); ``auto``: the engine's default."""
     all_reduce_fusion: str | None = None
     """``on`` where the launch turns the fusion on itself; None: the version's rules."""
+    graph_tokens: int | None = None
+    """vLLM's largest captured forward (``--prefill-cuda-graph-max-tokens``): the recipe's
+    ``max-cudagraph-capture-size`` where it sets one, else min(2 x ``--max-num-seqs``, 512); None:
+    the engine's default, 512."""
+    prefill_graphs: str = "auto"
+    """``off`` where the launch captures decode only (``cudagraph_mode FULL_DECODE_ONLY``)."""
+
+
+def vllm_capture(max_num_seqs: int) -> int | None:
+    """vLLM's default largest captured size under ``--max-num-seqs`` (``_set_cudagraph_sizes``:
+    min(2 x max_num_seqs, 512)); None where that is the default 512 anyway."""
+    return 2 * max_num_seqs if 2 * max_num_seqs < 512 else None
 
 
 def recipe(row: dict) -> Recipe:
@@ -196,22 +208,23 @@ def recipe(row: dict) -> Recipe:
       ``--max-running-requests`` 512 at 1K/1K, else 256; bf16 cache; no receive interval;
     - vLLM Llama-3.3-70B FP8 (``70b_fp8_h100_slurm.sh``, ``70b_fp8_h200_slurm.sh``,
       ``70b_b200_slurm.sh``): ``--max-num-batched-tokens 8192 --kv-cache-dtype fp8
-      --max-num-seqs`` the clients;
+      --max-num-seqs`` the clients, which also caps the captured size at twice the clients;
     - vLLM Kimi-K2.5 (``kimik2.5_int4_b200.sh``, ``kimik2.5_int4_h200.sh``): ``--max-num-seqs``
-      the clients, the rest vLLM's defaults;
+      the clients (the captured size too), the rest vLLM's defaults;
     - vLLM MiniMax-M2.5 FP8 (``minimaxm2.5_fp8_h200.sh``, the one version stored, later than the
       runs): ``--kv-cache-dtype fp8``, ``--max-num-batched-tokens`` 16,384 up to 32 clients and
       32,768 from 64, ``--max-num-seqs 512``, ``--enable-expert-parallel`` where the row gives EP;
       its ``--moe-backend triton`` is the kernel infercast prices for vLLM's FP8-block MoE, while its
       ``--attention-backend FLASHINFER`` is priced from vLLM's default attention tables;
     - vLLM gpt-oss-120b on H100 and H200 (``gptoss_fp4_h100.sh``, ``gptoss_fp4_h200.sh``):
-      ``max-num-batched-tokens 8192``, ``--max-num-seqs`` the clients, a bf16 cache and
+      ``max-num-batched-tokens 8192``, ``--max-num-seqs`` the clients, a bf16 cache,
+      ``max-cudagraph-capture-size: 2048`` (prompts of 1K tokens replay piecewise graphs) and
       ``VLLM_MXFP4_USE_MARLIN=1``, which makes vLLM's MXFP4 MoE run Marlin on sm_90 where it runs
       OpenAI's Triton kernels by default (``get_mxfp4_backend``): ``--moe-kernel marlin``;
     - vLLM gpt-oss-120b on B200 (``gptoss_fp4_b200.sh``): ``max-num-batched-tokens 8192``,
-      ``--max-num-seqs 512``, ``kv-cache-dtype fp8``, the all-reduce fused with the norm
-      (``pass_config: fuse_allreduce_rms``) and FlashInfer's MXFP4 x MXFP8 MoE, which no table
-      times (priced analytically, as before)."""
+      ``--max-num-seqs 512``, ``kv-cache-dtype fp8``, ``max-cudagraph-capture-size: 2048``, the
+      all-reduce fused with the norm (``pass_config: fuse_allreduce_rms``) and FlashInfer's MXFP4 x
+      MXFP8 MoE, which no table times (priced analytically, as before)."""
     clients, tp = int(row["batch_size"]), int(row["tp_size"])
     if row["precision"] == "fp4" and not row["model_path"].startswith("openai/"):
         return nvfp4_recipe(row)
@@ -223,14 +236,14 @@ def recipe(row: dict) -> Recipe:
         if row["system"] == "h200_sxm":
             return Recipe(32768, 512 if (row["isl"], row["osl"]) == (1024, 1024) else 256)
     if row["backend"] == "vllm" and row["model_path"] == "meta-llama/Llama-3.1-70B":
-        return Recipe(8192, clients, kv_cache_dtype="fp8")
+        return Recipe(8192, clients, kv_cache_dtype="fp8", graph_tokens=vllm_capture(clients))
     if row["backend"] == "vllm" and row["model_path"] == "MiniMaxAI/MiniMax-M2.5":
         return Recipe(16384 if clients <= 32 else 32768, clients, kv_cache_dtype="fp8")
     if row["backend"] == "vllm" and row["model_path"] == "openai/gpt-oss-120b":
         if row["system"] == "b200_sxm":
-            return Recipe(8192, 512, kv_cache_dtype="fp8", all_reduce_fusion="on")
-        return Recipe(8192, clients, moe_kernel="marlin")
-    return Recipe(max_running=clients)
+            return Recipe(8192, 512, kv_cache_dtype="fp8", all_reduce_fusion="on", graph_tokens=2048)
+        return Recipe(8192, clients, moe_kernel="marlin", graph_tokens=2048)
+    return Recipe(max_running=clients, graph_tokens=vllm_capture(clients) if row["backend"] == "vllm" else None)
 
 
 def nvfp4_recipe(row: dict) -> Recipe:
@@ -242,16 +255,17 @@ def nvfp4_recipe(row: dict) -> Recipe:
       --scheduler-recv-interval`` 10 below 16 clients, else 30, ``--ep-size`` the row's EP,
       ``--moe-runner-backend flashinfer_trtllm`` (the kernel infercast prices for NVFP4 experts);
     - vLLM Llama-3.3-70B (``70b_fp4_b200_docker.sh``): ``max-num-batched-tokens 8192``,
-      ``--max-num-seqs 512``, ``kv-cache-dtype fp8``, ``enable_fi_allreduce_fusion``; its
-      ``cudagraph_mode FULL_DECODE_ONLY`` (prefill eager) is not priced;
+      ``--max-num-seqs 512``, ``kv-cache-dtype fp8``, ``enable_fi_allreduce_fusion`` and
+      ``cudagraph_mode FULL_DECODE_ONLY``: every prompt step launched without graphs;
     - vLLM MiniMax-M2.5 and Kimi-K2.5 (``minimaxm2.5_fp4_b200.sh``, ``kimik2.5_fp4_b200.sh``):
-      ``--max-num-seqs`` the clients, ``fuse_allreduce_rms``, the rest vLLM's defaults."""
+      ``--max-num-seqs`` the clients (the captured size too), ``fuse_allreduce_rms``, the rest
+      vLLM's defaults."""
     clients = int(row["batch_size"])
     if row["backend"] == "sglang":
         return Recipe(16384, 256, 10 if clients < 16 else 30, "fp8", all_reduce_fusion="on")
     if row["model_path"].startswith("meta-llama/"):
-        return Recipe(8192, 512, kv_cache_dtype="fp8", all_reduce_fusion="on")
-    return Recipe(max_running=clients, all_reduce_fusion="on")
+        return Recipe(8192, 512, kv_cache_dtype="fp8", all_reduce_fusion="on", prefill_graphs="off")
+    return Recipe(max_running=clients, all_reduce_fusion="on", graph_tokens=vllm_capture(clients))
 
 
 def as_run(row: dict, model: str, flags: Recipe) -> dict:
@@ -289,14 +303,20 @@ def replay(row: dict, pricers: dict) -> tuple[float, float]:
                          "uniform in 0.8-1.0 of ISL and OSL")
     flags = recipe(row)
     batch = max(256, clients)
+    run = as_run(row, model, flags)
+    if flags.prefill_graphs != "auto":
+        run["prefill_cuda_graph"] = flags.prefill_graphs
+    graph_tokens = None if run.get("prefill_cuda_graph") == "off" else flags.graph_tokens
     request = PlanRequest(model=model, device=DEVICES[row["system"]], num_devices=(tp,), batches=(batch,),
                           speculative=(), quantizations=(quant,), engine=row["backend"],
                           engine_version=None, input_length=isl, output_length=osl, kv_cache_dtype=flags.kv_cache_dtype,
-                          moe_kernel=moe_kernel_as_run(row, model, quant, flags), **as_run(row, model, flags),
+                          moe_kernel=moe_kernel_as_run(row, model, quant, flags), **run,
+                          prefill_cuda_graph_max_tokens=graph_tokens,
                           serving=ServingOptions(concurrency=clients, lengths=lengths,
                                                  chunked_prefill_size=flags.chunk))
     key = (model, row["system"], row["backend"], request.overlap_scheduling, request.all_reduce_fusion,
-           request.prefill_cuda_graph, quant, isl, osl, flags.chunk, flags.kv_cache_dtype, request.moe_kernel)
+           request.prefill_cuda_graph, graph_tokens, quant, isl, osl, flags.chunk, flags.kv_cache_dtype,
+           request.moe_kernel)
     if key not in pricers:
         planner = Planner(request)
         pricers[key] = (planner, StepPricer(planner))

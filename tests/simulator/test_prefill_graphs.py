@@ -3,12 +3,14 @@ what the host then launches (attention eagerly, one replay per piece)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 
 from infercast import step
 from infercast.engines import ENGINES
+from infercast.request import FieldError
 from infercast.simulate import UserInput, simulate
 
 LLAMA = dict(model="meta-llama/Llama-3.1-8B-Instruct", device="H100", num_devices=1)
@@ -236,3 +238,51 @@ def test_plan_launch_commands_carry_prefill_cuda_graph_off(engine: str, flag: st
     launch = json.loads(capsys.readouterr().out)["launch"]
     assert flag in launch[engine].split()
     assert "--disable-piecewise-cuda-graph" in launch["sglang"].split()  # the other engines' equivalents too
+
+
+def test_a_larger_capture_size_replays_a_vllm_prefill_its_default_launches_kernel_by_kernel() -> None:
+    """vLLM captures forwards of up to 512 tokens by default; --prefill-cuda-graph-max-tokens
+    (vLLM's --max-cudagraph-capture-size) of 2,048 replays a 920-token prompt's pieces, leaving
+    the host attention and one replay a layer, and 256 keeps a 300-token prompt eager."""
+    gpt_oss = dict(model="openai/gpt-oss-120b", device="H200", num_devices=8, engine="vllm", context_length=0)
+    eager = simulate(UserInput(**gpt_oss, query_length=920))
+    captured = simulate(UserInput(**gpt_oss, query_length=920, prefill_cuda_graph_max_tokens=2048))
+    assert _graphs(eager) == (False, False) and _graphs(captured) == (True, True)
+    assert _launch_row(captured) < 0.1 * _launch_row(eager)
+    assert captured.step_latency_ms < eager.step_latency_ms
+    smaller = simulate(UserInput(**gpt_oss, query_length=300, prefill_cuda_graph_max_tokens=256))
+    assert _graphs(smaller) == (False, False)
+    assert _graphs(simulate(UserInput(**gpt_oss, query_length=300))) == (True, True)
+
+
+def test_sglang_captures_mla_prefills_past_2048_tokens_when_launched_so() -> None:
+    """sglang caps piecewise capture at 2,048 tokens with MLA by default; --piecewise-cuda-graph-max-tokens
+    8192 (as sglang PR 12996 launched DeepSeek-R1) captures a 4,096-token prompt."""
+    deepseek = dict(model="deepseek-ai/DeepSeek-V3", device="H200", num_devices=8, query_length=4096,
+                    context_length=0, engine_version="0.5.14")
+    assert _graphs(simulate(UserInput(**deepseek))) == (False, False)
+    assert _graphs(simulate(UserInput(**deepseek, prefill_cuda_graph_max_tokens=8192))) == (True, True)
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"engine": "trtllm"}, "no prefill CUDA graphs for trtllm"),
+    ({"engine": "vllm", "prefill_cuda_graph": "off"}, "captures nothing"),
+])
+def test_a_capture_size_without_captured_prefill_is_refused(fields: dict, message: str) -> None:
+    with pytest.raises(FieldError, match=message):
+        simulate(UserInput(**LLAMA, query_length=64, prefill_cuda_graph_max_tokens=1024, **fields))
+
+
+def test_the_launch_command_carries_the_capture_size() -> None:
+    from infercast.plan import Config, Layout, PlanRequest, launch_commands
+
+    request = PlanRequest(model="meta-llama/Llama-3.1-8B-Instruct", device="H100", num_devices=(1,), batches=(8,),
+                          speculative=(), engine="vllm", prefill_cuda_graph_max_tokens=2048)
+    commands = launch_commands(request, Config(Layout(1, 1, 1, 1), None, 8, None), 8, expert_dtype="bf16",
+                               cuda_arch=90)
+    vllm, sglang = commands["vllm"], commands["sglang"]
+    assert vllm[vllm.index("--max-cudagraph-capture-size") + 1] == "2048"
+    assert sglang[sglang.index("--piecewise-cuda-graph-max-tokens") + 1] == "2048"
+    assert "--max-cudagraph-capture-size" not in launch_commands(
+        replace(request, prefill_cuda_graph_max_tokens=None), Config(Layout(1, 1, 1, 1), None, 8, None), 8,
+        expert_dtype="bf16", cuda_arch=90)["vllm"]

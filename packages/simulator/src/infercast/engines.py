@@ -847,7 +847,8 @@ register(Engine(
                                  "design/torch_compile), captured for batches of up to max_cudagraph_capture_size "
                                  "tokens, by default min(2 x max_num_seqs, 512) (config/vllm.py _set_cudagraph_sizes, "
                                  "0.16.0; max_num_seqs defaults to 1,024 on GPUs of 70 GiB or more, 256 on others: "
-                                 "512 either way; a smaller --max-num-seqs captures less, not modelled); a larger "
+                                 "512 either way; --max-cudagraph-capture-size, or a smaller --max-num-seqs, sets another: "
+                                 "--prefill-cuda-graph-max-tokens); a larger "
                                  "forward runs the compiled pieces without graphs, launching every kernel"),
     eager_launch=VLLM_EAGER, step=VLLM_ASYNC_STEP, step_without_overlap=VLLM_STEP, overlap_since=VLLM_ASYNC_SINCE,
     all_reduce_fusion=VLLM_ALL_REDUCE_FUSION, pointwise=VLLM_POINTWISE,

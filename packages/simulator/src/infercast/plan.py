@@ -147,6 +147,8 @@ class PlanRequest:
     expert_imbalance: str = "balanced"
     prefill_cuda_graph: str = "auto"
     """Prefill in piecewise CUDA graphs: ``auto``, ``on`` or ``off`` (as ``UserInput``)."""
+    prefill_cuda_graph_max_tokens: int | None = None
+    """The most tokens per rank a prefill forward is captured for (None: the engine's; as ``UserInput``)."""
     all_reduce_fusion: str = "auto"
     """Each layer's all-reduce and the norm after it as one kernel: ``auto``, ``on`` or ``off``."""
     overlap_scheduling: str = "auto"
@@ -351,7 +353,8 @@ class Planner:
             chunk = self.request.serving.chunked_prefill_size or default_chunk(
                 self.device.memory_bytes, self.request.engine, self.device.name)
             ctx.prefill_graph_tokens = prefill_graph_tokens(self.costs, built, parallel, chunk,
-                                                            mode=self.request.prefill_cuda_graph)
+                                                            mode=self.request.prefill_cuda_graph,
+                                                            max_tokens=self.request.prefill_cuda_graph_max_tokens)
             ctx.all_reduce_fusion_tokens = all_reduce_fusion(self.costs, built, parallel,
                                                              mode=self.request.all_reduce_fusion)[0]
             ctx.kv_pool_tokens = mla_pool_cast(self.costs, built, ctx)[0]
@@ -792,6 +795,8 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
         cmd += ["--max-total-tokens", str(request.max_total_tokens)]
     cmd += sglang_prefill_graph_flags(request.prefill_cuda_graph,
                                       request.engine_version if request.engine == "sglang" else None)
+    if request.prefill_cuda_graph_max_tokens is not None:
+        cmd += ["--piecewise-cuda-graph-max-tokens", str(request.prefill_cuda_graph_max_tokens)]
     cmd += sglang_fusion_flags(request.all_reduce_fusion, request.engine_version if request.engine == "sglang" else None)
     cmd += overlap_flags("sglang", request)
     if scattered:
@@ -1056,6 +1061,8 @@ def vllm_command(request: PlanRequest, config: Config, spec: Any = None,
         cmd += ["--max-num-batched-tokens", str(max(1, config.serving["chunked_prefill_size"] // layout.dp))]
     if request.prefill_cuda_graph == "off":  # decode keeps its full CUDA graphs, prefill none
         cmd += ["-cc.cudagraph_mode=FULL_DECODE_ONLY"]
+    if request.prefill_cuda_graph_max_tokens is not None:
+        cmd += ["--max-cudagraph-capture-size", str(request.prefill_cuda_graph_max_tokens)]
     cmd += vllm_fusion_flags(request.all_reduce_fusion, request.engine_version if request.engine == "vllm" else None,
                              layout.dp)
     cmd += overlap_flags("vllm", request)

@@ -177,12 +177,14 @@ def prefill_graph_blockers(model: CostModel, built: BuiltModel, parallel: Any, *
 
 
 def prefill_graph_tokens(model: CostModel, built: BuiltModel, parallel: Any, chunk: int, *,
-                         mode: str = "auto") -> int:
+                         mode: str = "auto", max_tokens: int | None = None) -> int:
     """Tokens per rank up to which a prefill forward replays piecewise CUDA graphs (0: none):
     the chunked-prefill size ``chunk``, capped where the engine captures fewer (vLLM: 512 tokens;
-    sglang with MLA: 2,048)."""
+    sglang with MLA: 2,048) or, where given, at the launch's ``max_tokens`` instead."""
     if prefill_graph_blockers(model, built, parallel, mode=mode):
         return 0
+    if max_tokens is not None:
+        return min(chunk, max_tokens)
     policy = model.engine.prefill_graphs
     caps = (policy.max_tokens, policy.max_tokens_mla if built.profile.attention_kind == "mla" else None)
     return min([chunk] + [cap for cap in caps if cap])

@@ -93,6 +93,7 @@ def simulate_input(request: Any, config: Any, spec: Any = None) -> Any:
         quantize_linear_action=config.quantization, kv_cache_dtype=request.kv_cache_dtype, engine=request.engine,
         engine_version=request.engine_version, calibration=request.calibration, cost_model=request.cost_model,
         expert_imbalance=request.expert_imbalance, prefill_cuda_graph=request.prefill_cuda_graph,
+        prefill_cuda_graph_max_tokens=request.prefill_cuda_graph_max_tokens,
         all_reduce_fusion=request.all_reduce_fusion, overlap_scheduling=request.overlap_scheduling,
         moe_kernel=request.moe_kernel, moe_all_to_all=request.moe_all_to_all,
         mem_fraction_static=request.mem_fraction_static, max_total_tokens=request.max_total_tokens,

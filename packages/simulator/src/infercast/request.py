@@ -156,6 +156,11 @@ class UserInput:
     prefill_cuda_graph: str = opt("auto", "prefill in piecewise CUDA graphs: auto (the engine version's default "
                                   "and its rules, default), on (also where the version makes it opt-in), off",
                                   COST, choices=PREFILL_GRAPH_MODES)
+    prefill_cuda_graph_max_tokens: int | None = opt(None, "the most tokens per rank a prefill forward replays "
+                                                    "piecewise CUDA graphs for (vLLM's --max-cudagraph-capture-size, "
+                                                    "sglang's --piecewise-cuda-graph-max-tokens; default: the engine's, "
+                                                    "vLLM 512, sglang the chunk, 2,048 with MLA)", COST, kind=int,
+                                                    minimum=1, maximum=MAX_TOKENS, metavar="N")
     all_reduce_fusion: str = opt("auto", "each layer's all-reduce and the RMSNorm after it as one kernel (sglang's "
                                  "and vLLM's FlashInfer fusion): auto (the engine version's rules, default), on, off",
                                  COST,
@@ -270,6 +275,13 @@ def check(user: UserInput) -> UserInput:
     if user.prefill_cuda_graph == "on" and engine_named(user.engine).prefill_graphs is None:
         raise FieldError("prefill_cuda_graph", f"on: infercast models no prefill CUDA graphs for {user.engine} "
                          "(sglang and vllm have them); use auto or off")
+    if user.prefill_cuda_graph_max_tokens is not None:
+        if engine_named(user.engine).prefill_graphs is None:
+            raise FieldError("prefill_cuda_graph_max_tokens", f"is given, and infercast models no prefill CUDA graphs "
+                             f"for {user.engine} (sglang and vllm have them); drop it")
+        if user.prefill_cuda_graph == "off":
+            raise FieldError("prefill_cuda_graph_max_tokens", "is given with {prefill_cuda_graph} off, which captures "
+                             "nothing; drop one of them")
     if user.all_reduce_fusion == "on" and engine_named(user.engine).all_reduce_fusion is None:
         raise FieldError("all_reduce_fusion", f"on: infercast models no all-reduce fusion for {user.engine} "
                          "(sglang's and vLLM's); use auto or off")

@@ -208,9 +208,12 @@ def recipe(row: dict) -> Recipe:
       ``--max-running-requests`` 512 at 1K/1K, else 256; bf16 cache; no receive interval;
     - vLLM Llama-3.3-70B FP8 (``70b_fp8_h100_slurm.sh``, ``70b_fp8_h200_slurm.sh``,
       ``70b_b200_slurm.sh``): ``--max-num-batched-tokens 8192 --kv-cache-dtype fp8
-      --max-num-seqs`` the clients, which also caps the captured size at twice the clients;
+      --max-num-seqs`` the clients, which on H100 and H200 also caps the captured size at twice
+      the clients (which B200 script ran is not certain: ``70b_fp8_b200_docker.sh`` passes 512
+      and captures decode only; B200 keeps vLLM's default capture);
     - vLLM Kimi-K2.5 (``kimik2.5_int4_b200.sh``, ``kimik2.5_int4_h200.sh``): ``--max-num-seqs``
-      the clients (the captured size too), the rest vLLM's defaults;
+      the clients on H200 (the captured size too; the stored B200 scripts pass 512 or none), the
+      rest vLLM's defaults;
     - vLLM MiniMax-M2.5 FP8 (``minimaxm2.5_fp8_h200.sh``, the one version stored, later than the
       runs): ``--kv-cache-dtype fp8``, ``--max-num-batched-tokens`` 16,384 up to 32 clients and
       32,768 from 64, ``--max-num-seqs 512``, ``--enable-expert-parallel`` where the row gives EP;
@@ -236,14 +239,16 @@ def recipe(row: dict) -> Recipe:
         if row["system"] == "h200_sxm":
             return Recipe(32768, 512 if (row["isl"], row["osl"]) == (1024, 1024) else 256)
     if row["backend"] == "vllm" and row["model_path"] == "meta-llama/Llama-3.1-70B":
-        return Recipe(8192, clients, kv_cache_dtype="fp8", graph_tokens=vllm_capture(clients))
+        hopper = row["system"] != "b200_sxm"
+        return Recipe(8192, clients, kv_cache_dtype="fp8", graph_tokens=vllm_capture(clients) if hopper else None)
     if row["backend"] == "vllm" and row["model_path"] == "MiniMaxAI/MiniMax-M2.5":
         return Recipe(16384 if clients <= 32 else 32768, clients, kv_cache_dtype="fp8")
     if row["backend"] == "vllm" and row["model_path"] == "openai/gpt-oss-120b":
         if row["system"] == "b200_sxm":
             return Recipe(8192, 512, kv_cache_dtype="fp8", all_reduce_fusion="on", graph_tokens=2048)
         return Recipe(8192, clients, moe_kernel="marlin", graph_tokens=2048)
-    return Recipe(max_running=clients, graph_tokens=vllm_capture(clients) if row["backend"] == "vllm" else None)
+    by_clients = row["backend"] == "vllm" and row["system"] != "b200_sxm"  # Kimi-K2.5's H200 recipe
+    return Recipe(max_running=clients, graph_tokens=vllm_capture(clients) if by_clients else None)
 
 
 def nvfp4_recipe(row: dict) -> Recipe:

@@ -244,15 +244,36 @@ def test_a_larger_capture_size_replays_a_vllm_prefill_its_default_launches_kerne
     """vLLM captures forwards of up to 512 tokens by default; --prefill-cuda-graph-max-tokens
     (vLLM's --max-cudagraph-capture-size) of 2,048 replays a 920-token prompt's pieces, leaving
     the host attention and one replay a layer, and 256 keeps a 300-token prompt eager."""
-    gpt_oss = dict(model="openai/gpt-oss-120b", device="H200", num_devices=8, engine="vllm", context_length=0)
-    eager = simulate(UserInput(**gpt_oss, query_length=920))
-    captured = simulate(UserInput(**gpt_oss, query_length=920, prefill_cuda_graph_max_tokens=2048))
+    llama = dict(model="meta-llama/Llama-3.1-70B-Instruct", device="H200", num_devices=8, engine="vllm",
+                 context_length=0)
+    eager = simulate(UserInput(**llama, query_length=920))
+    captured = simulate(UserInput(**llama, query_length=920, prefill_cuda_graph_max_tokens=2048))
     assert _graphs(eager) == (False, False) and _graphs(captured) == (True, True)
     assert _launch_row(captured) < 0.1 * _launch_row(eager)
     assert captured.step_latency_ms < eager.step_latency_ms
-    smaller = simulate(UserInput(**gpt_oss, query_length=300, prefill_cuda_graph_max_tokens=256))
+    smaller = simulate(UserInput(**llama, query_length=300, prefill_cuda_graph_max_tokens=256))
     assert _graphs(smaller) == (False, False)
-    assert _graphs(simulate(UserInput(**gpt_oss, query_length=300))) == (True, True)
+    assert _graphs(simulate(UserInput(**llama, query_length=300))) == (True, True)
+
+
+def test_vllm_captures_gpt_oss_up_to_1024_tokens_by_default() -> None:
+    """vLLM's GptOssForCausalLMConfig sets max_cudagraph_capture_size to 1,024 when the launch
+    sets none."""
+    gpt_oss = dict(model="openai/gpt-oss-120b", device="H200", num_devices=8, engine="vllm", context_length=0)
+    assert _graphs(simulate(UserInput(**gpt_oss, query_length=920))) == (True, True)
+    assert _graphs(simulate(UserInput(**gpt_oss, query_length=1100))) == (False, False)
+
+
+def test_vllms_capture_size_bounds_its_decode_graphs_too() -> None:
+    """vLLM builds one size list for full decode graphs and piecewise ones: a launch capturing 64
+    tokens decodes 128 requests without a graph, where by default (512) it replays one."""
+    llama = dict(model="meta-llama/Llama-3.1-8B-Instruct", device="H100", num_devices=1, engine="vllm", decode=True,
+                 num_queries=128, context_length=256)
+    assert simulate(UserInput(**llama)).cost_model["cuda_graph"]
+    bounded = simulate(UserInput(**llama, prefill_cuda_graph_max_tokens=64))
+    assert not bounded.cost_model["cuda_graph"] and _launch_row(bounded) > 0
+    # sglang's decode graphs follow --cuda-graph-max-bs, not its prefill capture size
+    assert simulate(UserInput(**dict(llama, engine="sglang"), prefill_cuda_graph_max_tokens=64)).cost_model["cuda_graph"]
 
 
 def test_sglang_captures_mla_prefills_past_2048_tokens_when_launched_so() -> None:
@@ -283,6 +304,12 @@ def test_the_launch_command_carries_the_capture_size() -> None:
     vllm, sglang = commands["vllm"], commands["sglang"]
     assert vllm[vllm.index("--max-cudagraph-capture-size") + 1] == "2048"
     assert sglang[sglang.index("--piecewise-cuda-graph-max-tokens") + 1] == "2048"
-    assert "--max-cudagraph-capture-size" not in launch_commands(
-        replace(request, prefill_cuda_graph_max_tokens=None), Config(Layout(1, 1, 1, 1), None, 8, None), 8,
-        expert_dtype="bf16", cuda_arch=90)["vllm"]
+    # without one, vLLM captures at most twice --max-num-seqs (8): the command sets the 512 the plan priced
+    default = launch_commands(replace(request, prefill_cuda_graph_max_tokens=None),
+                              Config(Layout(1, 1, 1, 1), None, 8, None), 8, expert_dtype="bf16", cuda_arch=90,
+                              capture=512)["vllm"]
+    assert default[default.index("--max-cudagraph-capture-size") + 1] == "512"
+    wide = launch_commands(replace(request, prefill_cuda_graph_max_tokens=None),
+                           Config(Layout(1, 1, 1, 1), None, 256, None), 8, expert_dtype="bf16", cuda_arch=90,
+                           capture=512)["vllm"]
+    assert "--max-cudagraph-capture-size" not in wide

@@ -157,6 +157,13 @@ class PrefillGraphs:
     max_tokens: int | None = None
     """The most tokens per rank any forward is captured with (None: up to the chunked-prefill
     size); a larger prefill launches its compiled pieces without graphs."""
+    max_tokens_by_arch: Mapping[str, int] = field(default_factory=dict)
+    """``max_tokens`` where the engine sets another default for a model class."""
+    bounds_decode: bool = False
+    """Whether a launch's capture size (``--prefill-cuda-graph-max-tokens``) also bounds decode
+    graphs: vLLM builds one size list for its full decode and piecewise graphs."""
+    flag: str = ""
+    """The launch flag that sets the capture size."""
 
     def applies(self, version: str | None) -> bool:
         """Whether ``version`` captures prefill by default (an unknown version is taken as the
@@ -738,7 +745,7 @@ VLLM_POINTWISE = PointwiseFusions(
 )
 
 SGLANG_PIECEWISE = PrefillGraphs(
-    since="0.5.10", max_tokens_mla=2048,
+    since="0.5.10", max_tokens_mla=2048, flag="--piecewise-cuda-graph-max-tokens",
     blocked_by={
         "speculative": "speculative decoding",
         "dp_attention": "DP attention",
@@ -842,13 +849,17 @@ register(Engine(
     "and runs Marlin below 8.9 and compressed-tensors FP8 falls back to W8A16 Marlin",
     custom_all_reduce=True, decode_graph_max_batch=512,
     prefill_graphs=PrefillGraphs(since=None, max_tokens_mla=None, blocked_by={}, max_tokens=512,
+                                 max_tokens_by_arch={"GptOssForCausalLM": 1024}, bounds_decode=True,
+                                 flag="--max-cudagraph-capture-size",
                                  source="vLLM V1 compiles the model with torch.compile and replays piecewise CUDA "
                                  "graphs with attention left out of them as a non-CUDA-graph op (vLLM docs, "
                                  "design/torch_compile), captured for batches of up to max_cudagraph_capture_size "
                                  "tokens, by default min(2 x max_num_seqs, 512) (config/vllm.py _set_cudagraph_sizes, "
                                  "0.16.0; max_num_seqs defaults to 1,024 on GPUs of 70 GiB or more, 256 on others: "
-                                 "512 either way; --max-cudagraph-capture-size, or a smaller --max-num-seqs, sets another: "
-                                 "--prefill-cuda-graph-max-tokens); a larger "
+                                 "512 either way; GptOssForCausalLMConfig sets 1,024 for gpt-oss; an explicit "
+                                 "--max-cudagraph-capture-size, or without one a smaller --max-num-seqs, sets another: "
+                                 "--prefill-cuda-graph-max-tokens, which bounds the decode graphs too, as vLLM's one "
+                                 "size list does); a larger "
                                  "forward runs the compiled pieces without graphs, launching every kernel"),
     eager_launch=VLLM_EAGER, step=VLLM_ASYNC_STEP, step_without_overlap=VLLM_STEP, overlap_since=VLLM_ASYNC_SINCE,
     all_reduce_fusion=VLLM_ALL_REDUCE_FUSION, pointwise=VLLM_POINTWISE,

@@ -52,6 +52,10 @@ class SimContext:
     prefill_graph_tokens: int = 0
     """The most tokens per rank a prefill forward replays from piecewise CUDA graphs (0: every
     prefill forward launches eagerly); set by :func:`infercast.pricing.prefill_graph_tokens`."""
+    decode_graph_tokens: int | None = None
+    """The most tokens per rank a decode step replays a CUDA graph for where the launch sets the
+    engine's capture size (vLLM's one size list bounds decode too); None: the engine's default
+    batch limit. Set by :func:`infercast.pricing.decode_graph_tokens`."""
     all_reduce_fusion_tokens: int = 0
     """The most tokens per rank for which each decoder layer's all-reduce and the RMSNorm after it
     run as one kernel (0: never); set by :func:`infercast.pricing.all_reduce_fusion`."""

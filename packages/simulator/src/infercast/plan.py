@@ -33,6 +33,7 @@ from infercast.pricing import (
     absorbed_prefix_below,
     all_reduce_fusion,
     cost_model_for,
+    decode_graph_tokens,
     default_memory_share,
     mla_pool_cast,
     moe_runner,
@@ -355,6 +356,7 @@ class Planner:
             ctx.prefill_graph_tokens = prefill_graph_tokens(self.costs, built, parallel, chunk,
                                                             mode=self.request.prefill_cuda_graph,
                                                             max_tokens=self.request.prefill_cuda_graph_max_tokens)
+            ctx.decode_graph_tokens = decode_graph_tokens(self.costs, self.request.prefill_cuda_graph_max_tokens)
             ctx.all_reduce_fusion_tokens = all_reduce_fusion(self.costs, built, parallel,
                                                              mode=self.request.all_reduce_fusion)[0]
             ctx.kv_pool_tokens = mla_pool_cast(self.costs, built, ctx)[0]
@@ -414,7 +416,8 @@ class Planner:
                                mem_fraction=self.launch_fraction(config.layout, config.quantization,
                                                                  config.spec is not None),
                                scattered=self.scattered_input(config.layout, config.quantization,
-                                                              self.algorithm(config.spec))[0])
+                                                              self.algorithm(config.spec))[0],
+                               capture=self._model(config.layout, config.quantization)[1].prefill_graph_tokens)
 
     def notes_for(self, config: Config) -> list[str]:
         """What an aggregated ``config``'s launch commands cannot say (:func:`launch_notes`)."""
@@ -931,14 +934,16 @@ def trtllm_command(request: PlanRequest, config: Config, spec: Any = None) -> li
 
 def launch_commands(request: PlanRequest, config: Config, devices_per_node: int, spec: Any = None, *,
                     expert_dtype: str, cuda_arch: int | None, mem_fraction: float | None = None,
-                    scattered: bool = False) -> dict[str, list[str]]:
+                    scattered: bool = False, capture: int = 0) -> dict[str, list[str]]:
     """The chosen engine's launch command first, then the other engines' equivalents
     (``expert_dtype``: the routed experts' kernel dtype, :meth:`Planner.expert_dtype`;
     ``mem_fraction``: sglang's, :meth:`Planner.launch_fraction`; ``scattered``: sglang's
-    scattered attention input, :meth:`Planner.scattered_input`)."""
+    scattered attention input, :meth:`Planner.scattered_input`; ``capture``: the prefill
+    tokens per rank the plan priced as captured)."""
     commands = {"sglang": sglang_command(request, config, devices_per_node, spec, expert_dtype=expert_dtype,
                                          cuda_arch=cuda_arch, mem_fraction=mem_fraction, scattered=scattered),
-                "vllm": vllm_command(request, config, spec), "trtllm": trtllm_command(request, config, spec)}
+                "vllm": vllm_command(request, config, spec, capture=capture),
+                "trtllm": trtllm_command(request, config, spec)}
     first = request.engine if request.engine in commands else "sglang"
     return {first: commands[first], **{k: v for k, v in commands.items() if k != first}}
 
@@ -1034,10 +1039,13 @@ def dispatch_notes(request: PlanRequest, layout: Layout, expert_dtype: str, cuda
 
 
 def vllm_command(request: PlanRequest, config: Config, spec: Any = None,
-                 all2all: str = "deepep_low_latency") -> list[str]:
+                 all2all: str = "deepep_low_latency", capture: int = 0) -> list[str]:
     """The vLLM equivalent (``vllm serve ...``). Expert parallelism runs through DeepEP
     (``--all2all-backend``): one mode for every step, low-latency unless a prefill pool names
-    the high-throughput kernels. vLLM uses all-to-all kernels only across data-parallel ranks."""
+    the high-throughput kernels. vLLM uses all-to-all kernels only across data-parallel ranks.
+    Without ``--max-cudagraph-capture-size`` vLLM captures at most twice ``--max-num-seqs`` tokens
+    (times the tokens a speculative step verifies); where that is below ``capture``, the tokens
+    the plan priced as captured, the command sets it."""
     import json
 
     from infercast.plugins import served_model
@@ -1061,8 +1069,12 @@ def vllm_command(request: PlanRequest, config: Config, spec: Any = None,
         cmd += ["--max-num-batched-tokens", str(max(1, config.serving["chunked_prefill_size"] // layout.dp))]
     if request.prefill_cuda_graph == "off":  # decode keeps its full CUDA graphs, prefill none
         cmd += ["-cc.cudagraph_mode=FULL_DECODE_ONLY"]
+    max_num_seqs = -(-config.batch // layout.dp)
+    verified = 1 + (config.spec.num_steps if config.spec is not None else 0)
     if request.prefill_cuda_graph_max_tokens is not None:
         cmd += ["--max-cudagraph-capture-size", str(request.prefill_cuda_graph_max_tokens)]
+    elif request.prefill_cuda_graph != "off" and 2 * max_num_seqs * verified < capture:
+        cmd += ["--max-cudagraph-capture-size", str(capture)]
     cmd += vllm_fusion_flags(request.all_reduce_fusion, request.engine_version if request.engine == "vllm" else None,
                              layout.dp)
     cmd += overlap_flags("vllm", request)

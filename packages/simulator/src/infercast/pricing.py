@@ -46,14 +46,16 @@ def cost_model_for(user: UserInput, device: DeviceSpec) -> CostModel:
 
 def phase_of(model: CostModel, ctx: SimContext, decode: bool, *, speculative: bool = False,
              disaggregated: bool = False) -> Phase:
-    """Decode replays a CUDA graph up to the engine's capture size. A prefill forward replays
+    """Decode replays a CUDA graph up to the engine's capture size (its batch limit, or the
+    launch's ``ctx.decode_graph_tokens`` where that bounds decode). A prefill forward replays
     piecewise graphs (the all-reduces in them too) up to ``ctx.prefill_graph_tokens`` prompt
     tokens per rank, unless the engine turns them off for a ``speculative`` or
     ``disaggregated`` deployment, and launches eagerly beyond. A mixed step is measured by its
     prompt chunk: sglang takes the decoding tokens out of the chunk budget, so the forward stays
     within the captured size."""
     if decode:
-        graph = ctx.requests <= model.engine.decode_graph_max_batch
+        graph = (ctx.requests <= model.engine.decode_graph_max_batch if ctx.decode_graph_tokens is None
+                 else ctx.tokens <= ctx.decode_graph_tokens)
         return Phase(graph=graph, decode=True, scale_up_domain=ctx.parallel.scale_up_domain,
                      kv_pool_tokens=ctx.kv_pool_tokens)
     policy = model.engine.prefill_graphs
@@ -186,8 +188,16 @@ def prefill_graph_tokens(model: CostModel, built: BuiltModel, parallel: Any, chu
     if max_tokens is not None:
         return min(chunk, max_tokens)
     policy = model.engine.prefill_graphs
-    caps = (policy.max_tokens, policy.max_tokens_mla if built.profile.attention_kind == "mla" else None)
+    default = policy.max_tokens_by_arch.get(built.architecture or "", policy.max_tokens)
+    caps = (default, policy.max_tokens_mla if built.profile.attention_kind == "mla" else None)
     return min([chunk] + [cap for cap in caps if cap])
+
+
+def decode_graph_tokens(model: CostModel, max_tokens: int | None) -> int | None:
+    """The most tokens per rank a decode step replays a CUDA graph for where the launch's
+    capture size ``max_tokens`` bounds decode too (vLLM), else None (the engine's batch limit)."""
+    policy = model.engine.prefill_graphs
+    return max_tokens if max_tokens is not None and policy is not None and policy.bounds_decode else None
 
 
 def all_reduce_fusion(model: CostModel, built: BuiltModel, parallel: Any, *, mode: str = "auto") -> tuple[int, str]:
@@ -315,7 +325,8 @@ def price(user: UserInput, built: BuiltModel, records: list[OpRecord], model: Co
         ops=ops, simulation_wall_s=0.0, notes=notes,
         cost_model={"engine": model.engine.name, "engine_version": model.engine_version, "sources": model.describe(),
                     "tokenizer": built.profile.tokenizer,
-                    "cuda_graph": phase.graph, "piecewise": phase.piecewise, "measured_share": shares},
+                    "cuda_graph": phase.graph, "piecewise": phase.piecewise,
+                    "prefill_graph_tokens": ctx.prefill_graph_tokens, "measured_share": shares},
         _timed=priced,
     )
 

@@ -313,3 +313,21 @@ def test_the_launch_command_carries_the_capture_size() -> None:
                            Config(Layout(1, 1, 1, 1), None, 256, None), 8, expert_dtype="bf16", cuda_arch=90,
                            capture=512)["vllm"]
     assert "--max-cudagraph-capture-size" not in wide
+
+
+@pytest.mark.parametrize(("asked", "captured"), [(1, 1), (3, 2), (7, 4), (8, 8), (300, 288), (2048, 2048)])
+def test_vllm_rounds_a_capture_size_down_to_its_grid(asked: int, captured: int) -> None:
+    """vLLM captures 1, 2, 4, every 8 up to 248 and every 16 from 256; a size between two
+    captures the lower (300 -> 288)."""
+    result = simulate(UserInput(model="meta-llama/Llama-3.1-8B-Instruct", device="H100", num_devices=1,
+                                engine="vllm", query_length=64, prefill_cuda_graph_max_tokens=asked))
+    assert result.cost_model["prefill_graph_tokens"] == captured
+
+
+def test_a_plan_built_in_code_refuses_a_capture_size_below_one() -> None:
+    from infercast.plan import PlanRequest, Planner
+    from infercast_adapters import InfercastError
+
+    with pytest.raises(InfercastError, match="at least 1, got 0"):
+        Planner(PlanRequest(model="meta-llama/Llama-3.1-8B-Instruct", device="H100", num_devices=(1,),
+                            batches=(8,), speculative=(), engine="vllm", prefill_cuda_graph_max_tokens=0))

@@ -10,7 +10,7 @@ row in the output, with its source; none is folded into a kernel's efficiency.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from infercast_adapters import InfercastError
 
@@ -164,6 +164,9 @@ class PrefillGraphs:
     graphs: vLLM builds one size list for its full decode and piecewise graphs."""
     flag: str = ""
     """The launch flag that sets the capture size."""
+    captured: Callable[[int], int] | None = None
+    """The largest size the engine captures under a launch's capture size (its grid of sizes
+    rounds the launch's down); None: the launch's own."""
 
     def applies(self, version: str | None) -> bool:
         """Whether ``version`` captures prefill by default (an unknown version is taken as the
@@ -744,6 +747,15 @@ VLLM_POINTWISE = PointwiseFusions(
     "stay two kernels. vLLM V1 (0.8 on), whose default compiles",
 )
 
+def vllm_captured_size(tokens: int) -> int:
+    """The largest size vLLM captures under ``max_cudagraph_capture_size=tokens``: its sizes are
+    1, 2, 4, then every 8 up to 248 and every 16 from 256 (config/vllm.py, _set_cudagraph_sizes,
+    0.16.0), and a launch's size between two is rounded down to the lower."""
+    if tokens < 8:
+        return max(size for size in (1, 2, 4) if size <= tokens)
+    return tokens // 8 * 8 if tokens < 256 else 256 + (tokens - 256) // 16 * 16
+
+
 SGLANG_PIECEWISE = PrefillGraphs(
     since="0.5.10", max_tokens_mla=2048, flag="--piecewise-cuda-graph-max-tokens",
     blocked_by={
@@ -850,7 +862,7 @@ register(Engine(
     custom_all_reduce=True, decode_graph_max_batch=512,
     prefill_graphs=PrefillGraphs(since=None, max_tokens_mla=None, blocked_by={}, max_tokens=512,
                                  max_tokens_by_arch={"GptOssForCausalLM": 1024}, bounds_decode=True,
-                                 flag="--max-cudagraph-capture-size",
+                                 flag="--max-cudagraph-capture-size", captured=vllm_captured_size,
                                  source="vLLM V1 compiles the model with torch.compile and replays piecewise CUDA "
                                  "graphs with attention left out of them as a non-CUDA-graph op (vLLM docs, "
                                  "design/torch_compile), captured for batches of up to max_cudagraph_capture_size "

@@ -241,6 +241,11 @@ class Planner:
         self.profile = resolve_profile(request.model, self.config, self.manager)
         self.text = text_config_of(self.config)
         check_config(request.model, self.config, self.text, self.profile)
+        graph_tokens = request.prefill_cuda_graph_max_tokens
+        if graph_tokens is not None and (isinstance(graph_tokens, bool) or not isinstance(graph_tokens, int)
+                                         or graph_tokens < 1):
+            raise InfercastError(f"--prefill-cuda-graph-max-tokens must be a whole number of at least 1, got "
+                                 f"{graph_tokens!r}")
         if request.kv_cache_dtype not in KV_DTYPES:
             raise InfercastError(f"unknown --kv-cache-dtype {request.kv_cache_dtype!r}; valid: {', '.join(KV_DTYPES)}")
         if request.serving.scheduler_recv_interval > 1 and engine_named(request.engine).recv_interval_flag is None:

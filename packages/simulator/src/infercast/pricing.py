@@ -182,12 +182,13 @@ def prefill_graph_tokens(model: CostModel, built: BuiltModel, parallel: Any, chu
                          mode: str = "auto", max_tokens: int | None = None) -> int:
     """Tokens per rank up to which a prefill forward replays piecewise CUDA graphs (0: none):
     the chunked-prefill size ``chunk``, capped where the engine captures fewer (vLLM: 512 tokens;
-    sglang with MLA: 2,048) or, where given, at the launch's ``max_tokens`` instead."""
+    sglang with MLA: 2,048) or, where given, at the launch's ``max_tokens`` instead, rounded down
+    to the engine's grid of captured sizes where it has one (vLLM's)."""
     if prefill_graph_blockers(model, built, parallel, mode=mode):
         return 0
-    if max_tokens is not None:
-        return min(chunk, max_tokens)
     policy = model.engine.prefill_graphs
+    if max_tokens is not None:
+        return min(chunk, policy.captured(max_tokens) if policy.captured else max_tokens)
     default = policy.max_tokens_by_arch.get(built.architecture or "", policy.max_tokens)
     caps = (default, policy.max_tokens_mla if built.profile.attention_kind == "mla" else None)
     return min([chunk] + [cap for cap in caps if cap])
@@ -197,7 +198,9 @@ def decode_graph_tokens(model: CostModel, max_tokens: int | None) -> int | None:
     """The most tokens per rank a decode step replays a CUDA graph for where the launch's
     capture size ``max_tokens`` bounds decode too (vLLM), else None (the engine's batch limit)."""
     policy = model.engine.prefill_graphs
-    return max_tokens if max_tokens is not None and policy is not None and policy.bounds_decode else None
+    if max_tokens is None or policy is None or not policy.bounds_decode:
+        return None
+    return policy.captured(max_tokens) if policy.captured else max_tokens
 
 
 def all_reduce_fusion(model: CostModel, built: BuiltModel, parallel: Any, *, mode: str = "auto") -> tuple[int, str]:

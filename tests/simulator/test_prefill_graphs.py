@@ -331,3 +331,15 @@ def test_a_plan_built_in_code_refuses_a_capture_size_below_one() -> None:
     with pytest.raises(InfercastError, match="at least 1, got 0"):
         Planner(PlanRequest(model="meta-llama/Llama-3.1-8B-Instruct", device="H100", num_devices=(1,),
                             batches=(8,), speculative=(), engine="vllm", prefill_cuda_graph_max_tokens=0))
+
+
+def test_a_plan_sets_vllms_capture_size_only_for_what_it_priced_on_vllm() -> None:
+    """A vLLM plan whose --max-num-seqs would capture less than it priced sets the size it priced;
+    an sglang plan's vLLM alternative, priced on sglang, does not."""
+    from infercast.plan import Config, Layout, PlanRequest, Planner
+
+    config = Config(Layout(1, 1, 1, 1), None, 8, None)
+    for engine, expected in (("vllm", True), ("sglang", False)):
+        planner = Planner(PlanRequest(model="meta-llama/Llama-3.1-8B-Instruct", device="H100", num_devices=(1,),
+                                      batches=(8,), speculative=(), engine=engine))
+        assert ("--max-cudagraph-capture-size" in planner.commands_for(config)["vllm"]) is expected, engine

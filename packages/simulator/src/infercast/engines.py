@@ -747,6 +747,7 @@ VLLM_POINTWISE = PointwiseFusions(
     "stay two kernels. vLLM V1 (0.8 on), whose default compiles",
 )
 
+
 def vllm_captured_size(tokens: int) -> int:
     """The largest size vLLM captures under ``max_cudagraph_capture_size=tokens``: its sizes are
     1, 2, 4, then every 8 up to 248 and every 16 from 256 (config/vllm.py, _set_cudagraph_sizes,

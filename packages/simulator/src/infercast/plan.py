@@ -422,7 +422,8 @@ class Planner:
                                                                  config.spec is not None),
                                scattered=self.scattered_input(config.layout, config.quantization,
                                                               self.algorithm(config.spec))[0],
-                               capture=self._model(config.layout, config.quantization)[1].prefill_graph_tokens)
+                               capture=self._model(config.layout, config.quantization)[1].prefill_graph_tokens
+                               if self.request.engine == "vllm" else 0)
 
     def notes_for(self, config: Config) -> list[str]:
         """What an aggregated ``config``'s launch commands cannot say (:func:`launch_notes`)."""

@@ -206,7 +206,7 @@ def triton_moe(device, engine: str) -> dict[tuple[str, str], float] | None:
     from infercast.cost import COMPUTE_DTYPE
 
     ratios: dict[tuple[str, str], list[float]] = {}
-    kernel = next(k for k in (f"triton:{engine}", "triton") if k in device.efficiency.streams)  # as the cost model
+    kernel = device.efficiency.stream_key("triton", engine)  # as the cost model
     for dtype, top_k, experts, hidden, width, tokens, stream, seconds in triton_points(device, engine):
         rows = tokens * top_k
         cost = OpCost(flops=6.0 * rows * hidden * width, compute_dtype=COMPUTE_DTYPE.get(dtype, "bf16"),

@@ -13,8 +13,9 @@ the decodes unless launched with --enable-mixed-chunk; vLLM mixes them), the sch
 version runs by default (vLLM from 0.14.0 one step ahead of the GPU; the all-reduce fused with
 the norm after it by sglang's rules for the version, by vLLM's from 0.17.0), the launch flags of
 the run's recipe that the simulator prices (:func:`recipe`: prompt budget, running requests,
-KV cache dtype, sglang's --scheduler-recv-interval, vLLM's largest captured size), and the engine's per-request host time
-added to each TTFT, with the prompt tokenized as the run's version calls the model's tokenizer.
+KV cache dtype, sglang's --scheduler-recv-interval, vLLM's largest captured size), and the
+engine's per-request host time added to each TTFT, with the prompt tokenized as the run's
+version calls the model's tokenizer.
 The mean TTFT therefore includes the first wave of N prompts arriving together (InferenceX's
 warm-up requests precede the timed ones and are not counted).
 

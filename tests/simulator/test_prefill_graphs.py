@@ -273,7 +273,8 @@ def test_vllms_capture_size_bounds_its_decode_graphs_too() -> None:
     bounded = simulate(UserInput(**llama, prefill_cuda_graph_max_tokens=64))
     assert not bounded.cost_model["cuda_graph"] and _launch_row(bounded) > 0
     # sglang's decode graphs follow --cuda-graph-max-bs, not its prefill capture size
-    assert simulate(UserInput(**dict(llama, engine="sglang"), prefill_cuda_graph_max_tokens=64)).cost_model["cuda_graph"]
+    sglang = simulate(UserInput(**dict(llama, engine="sglang"), prefill_cuda_graph_max_tokens=64))
+    assert sglang.cost_model["cuda_graph"]
 
 
 def test_sglang_captures_mla_prefills_past_2048_tokens_when_launched_so() -> None:
@@ -328,7 +329,7 @@ def test_a_plan_built_in_code_refuses_a_capture_size_below_one() -> None:
     from infercast.plan import PlanRequest, Planner
     from infercast_adapters import InfercastError
 
-    with pytest.raises(InfercastError, match="at least 1, got 0"):
+    with pytest.raises(InfercastError, match="--prefill-cuda-graph-max-tokens must be between 1 and .*, got 0"):
         Planner(PlanRequest(model="meta-llama/Llama-3.1-8B-Instruct", device="H100", num_devices=(1,),
                             batches=(8,), speculative=(), engine="vllm", prefill_cuda_graph_max_tokens=0))
 

@@ -196,8 +196,8 @@ SPEC_FIELDS = ("speculative_algorithm", "speculative_draft_model", "speculative_
                "speculative_num_draft_tokens", "accept_length", "acceptance_rates", "acceptance_matrix",
                "acceptance_preset", "accept_length_from")
 COST_FIELDS = ("engine", "engine_version", "calibration", "cost_model", "expert_imbalance", "prefill_cuda_graph",
-               "prefill_cuda_graph_max_tokens", "all_reduce_fusion", "overlap_scheduling", "moe_kernel", "moe_all_to_all",
-               "enable_attn_tp_input_scattered")
+               "prefill_cuda_graph_max_tokens", "all_reduce_fusion", "overlap_scheduling", "moe_kernel",
+               "moe_all_to_all", "enable_attn_tp_input_scattered")
 MEMORY_FIELDS = ("mem_fraction_static", "max_total_tokens")
 
 

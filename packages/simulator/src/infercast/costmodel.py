@@ -192,10 +192,10 @@ class CostModel:
                 return None  # behind DeepEP engines run their DeepEP MoE kernels (sglang: DeepGEMM), not this
         else:
             return None
-        streams = self.device.efficiency.streams
-        # the engine's own entry replaces the family's whole (a copy of it with the engine's curves)
-        kernel = next((k for k in (f"{kernel}:{self.engine.tables}", kernel) if k in streams), kernel)
-        stream = streams.get(kernel)
+        if kernel is None:
+            return None
+        kernel = self.device.efficiency.stream_key(kernel, self.engine.tables)
+        stream = self.device.efficiency.streams.get(kernel)
         return kernel if stream is not None and cost.kernel_dtype in stream.dtypes else None
 
     def _price(self, record: OpRecord, phase: Phase) -> Priced:

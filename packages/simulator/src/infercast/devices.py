@@ -186,6 +186,12 @@ class Efficiency:
     same rate, about 1.05 TB/s of reads and writes, a third of the H100's bandwidth and a fifth
     of the H200's."""
 
+    def stream_key(self, family: str, tables: str) -> str:
+        """The ``streams`` entry a ``family`` kernel of an engine (its ``tables`` name) takes: the
+        engine's own (``family:engine``, a copy of the family's with its curves) where there is one."""
+        own = f"{family}:{tables}"
+        return own if own in self.streams else family
+
     def gemm_efficiency(self, kernel_dtype: str, compute_dtype: str) -> float:
         return self.gemm.get(kernel_dtype) or self.gemm.get(compute_dtype) or self.gemm["bf16"]
 

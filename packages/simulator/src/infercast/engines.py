@@ -168,6 +168,10 @@ class PrefillGraphs:
     """The largest size the engine captures under a launch's capture size (its grid of sizes
     rounds the launch's down); None: the launch's own."""
 
+    def launched(self, tokens: int) -> int:
+        """The largest size captured under a launch's capture size ``tokens``."""
+        return self.captured(tokens) if self.captured else tokens
+
     def applies(self, version: str | None) -> bool:
         """Whether ``version`` captures prefill by default (an unknown version is taken as the
         newest, as the default tables are)."""

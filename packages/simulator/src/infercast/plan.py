@@ -241,11 +241,6 @@ class Planner:
         self.profile = resolve_profile(request.model, self.config, self.manager)
         self.text = text_config_of(self.config)
         check_config(request.model, self.config, self.text, self.profile)
-        graph_tokens = request.prefill_cuda_graph_max_tokens
-        if graph_tokens is not None and (isinstance(graph_tokens, bool) or not isinstance(graph_tokens, int)
-                                         or graph_tokens < 1):
-            raise InfercastError(f"--prefill-cuda-graph-max-tokens must be a whole number of at least 1, got "
-                                 f"{graph_tokens!r}")
         if request.kv_cache_dtype not in KV_DTYPES:
             raise InfercastError(f"unknown --kv-cache-dtype {request.kv_cache_dtype!r}; valid: {', '.join(KV_DTYPES)}")
         if request.serving.scheduler_recv_interval > 1 and engine_named(request.engine).recv_interval_flag is None:
@@ -275,7 +270,7 @@ class Planner:
                 raise InfercastError(f"{name} must be a positive number of milliseconds, got {value!r}")
         if request.mode not in (*MODES, "static"):
             raise InfercastError(f"unknown --mode {request.mode!r}; valid: {', '.join(MODES)}")
-        for name in ("mem_fraction_static", "max_total_tokens"):
+        for name in ("mem_fraction_static", "max_total_tokens", "prefill_cuda_graph_max_tokens"):
             check_flag(name, getattr(request, name))
         self.memory = MemoryLimits.asked(request.mem_fraction_static, request.max_total_tokens)
         self._built: dict[tuple, tuple[BuiltModel, SimContext]] = {}
@@ -805,7 +800,7 @@ def sglang_command(request: PlanRequest, config: Config, devices_per_node: int, 
     cmd += sglang_prefill_graph_flags(request.prefill_cuda_graph,
                                       request.engine_version if request.engine == "sglang" else None)
     if request.prefill_cuda_graph_max_tokens is not None:
-        cmd += ["--piecewise-cuda-graph-max-tokens", str(request.prefill_cuda_graph_max_tokens)]
+        cmd += [engine_named("sglang").prefill_graphs.flag, str(request.prefill_cuda_graph_max_tokens)]
     cmd += sglang_fusion_flags(request.all_reduce_fusion, request.engine_version if request.engine == "sglang" else None)
     cmd += overlap_flags("sglang", request)
     if scattered:
@@ -1077,10 +1072,11 @@ def vllm_command(request: PlanRequest, config: Config, spec: Any = None,
         cmd += ["-cc.cudagraph_mode=FULL_DECODE_ONLY"]
     max_num_seqs = -(-config.batch // layout.dp)
     verified = 1 + (config.spec.num_steps if config.spec is not None else 0)
+    capture_flag = engine_named("vllm").prefill_graphs.flag
     if request.prefill_cuda_graph_max_tokens is not None:
-        cmd += ["--max-cudagraph-capture-size", str(request.prefill_cuda_graph_max_tokens)]
+        cmd += [capture_flag, str(request.prefill_cuda_graph_max_tokens)]
     elif request.prefill_cuda_graph != "off" and 2 * max_num_seqs * verified < capture:
-        cmd += ["--max-cudagraph-capture-size", str(capture)]
+        cmd += [capture_flag, str(capture)]
     cmd += vllm_fusion_flags(request.all_reduce_fusion, request.engine_version if request.engine == "vllm" else None,
                              layout.dp)
     cmd += overlap_flags("vllm", request)

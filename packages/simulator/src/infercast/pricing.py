@@ -188,7 +188,7 @@ def prefill_graph_tokens(model: CostModel, built: BuiltModel, parallel: Any, chu
         return 0
     policy = model.engine.prefill_graphs
     if max_tokens is not None:
-        return min(chunk, policy.captured(max_tokens) if policy.captured else max_tokens)
+        return min(chunk, policy.launched(max_tokens))
     default = policy.max_tokens_by_arch.get(built.architecture or "", policy.max_tokens)
     caps = (default, policy.max_tokens_mla if built.profile.attention_kind == "mla" else None)
     return min([chunk] + [cap for cap in caps if cap])
@@ -200,7 +200,7 @@ def decode_graph_tokens(model: CostModel, max_tokens: int | None) -> int | None:
     policy = model.engine.prefill_graphs
     if max_tokens is None or policy is None or not policy.bounds_decode:
         return None
-    return policy.captured(max_tokens) if policy.captured else max_tokens
+    return policy.launched(max_tokens)
 
 
 def all_reduce_fusion(model: CostModel, built: BuiltModel, parallel: Any, *, mode: str = "auto") -> tuple[int, str]:

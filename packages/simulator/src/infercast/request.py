@@ -156,11 +156,12 @@ class UserInput:
     prefill_cuda_graph: str = opt("auto", "prefill in piecewise CUDA graphs: auto (the engine version's default "
                                   "and its rules, default), on (also where the version makes it opt-in), off",
                                   COST, choices=PREFILL_GRAPH_MODES)
-    prefill_cuda_graph_max_tokens: int | None = opt(None, "the most tokens per rank a prefill forward replays "
-                                                    "piecewise CUDA graphs for (vLLM's --max-cudagraph-capture-size, "
-                                                    "sglang's --piecewise-cuda-graph-max-tokens; default: the engine's, "
-                                                    "vLLM 512, sglang the chunk, 2,048 with MLA)", COST, kind=int,
-                                                    minimum=1, maximum=MAX_TOKENS, metavar="N")
+    prefill_cuda_graph_max_tokens: int | None = opt(None, "the most tokens per rank a forward replays CUDA graphs "
+                                                    "for: vLLM's --max-cudagraph-capture-size (prefill and decode), "
+                                                    "sglang's --piecewise-cuda-graph-max-tokens (prefill); default: "
+                                                    "the engine's, vLLM 512 (gpt-oss 1,024), sglang the chunk, 2,048 "
+                                                    "with MLA", COST, kind=int, minimum=1, maximum=MAX_TOKENS,
+                                                    metavar="N")
     all_reduce_fusion: str = opt("auto", "each layer's all-reduce and the RMSNorm after it as one kernel (sglang's "
                                  "and vLLM's FlashInfer fusion): auto (the engine version's rules, default), on, off",
                                  COST,

@@ -9,6 +9,7 @@ a user's own tables: :mod:`infercast.kernels.calibration`.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from infercast_adapters import InfercastError
@@ -30,6 +31,14 @@ def available() -> bool:
 @functools.lru_cache(maxsize=None)
 def _load(kind: str, system: str, engine: str, version: str, lanes: tuple[str, ...]) -> KernelTable:
     return aic.load(kind, system, engine, version, {"attention_lanes": lanes})
+
+
+def sibling_tables(kind: str, system: str, engine: str) -> Iterator[tuple[str, KernelTable]]:
+    """(version, ``kind`` table) of another engine on ``system``, newest version first (each
+    loaded when reached, its gaps filled from other versions as always), for what one engine's
+    kernels share with another's."""
+    for version in aic.engine_versions(system, engine):
+        yield version, _load(kind, system, engine, version, ())
 
 
 class MeasuredTables:
@@ -74,4 +83,4 @@ class MeasuredTables:
         return f"MeasuredTables({self.system!r}, {self.engine.name!r}, {self.version!r})"
 
 
-__all__ = ["Answer", "KernelTable", "MeasuredTables", "available"]
+__all__ = ["Answer", "KernelTable", "MeasuredTables", "available", "sibling_tables"]

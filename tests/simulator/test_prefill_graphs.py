@@ -325,6 +325,26 @@ def test_vllm_rounds_a_capture_size_down_to_its_grid(asked: int, captured: int) 
     assert result.cost_model["prefill_graph_tokens"] == captured
 
 
+@pytest.mark.parametrize(("asked", "captured"), [(4, 4), (30, 28), (300, 288), (1100, 1024), (1279, 1024),
+                                                 (3000, 2816), (6000, 5632), (8192, 8192)])
+def test_sglang_rounds_a_capture_size_down_to_its_grid(asked: int, captured: int) -> None:
+    """sglang captures every 4 up to 32, every 16 from 48 to 256, every 32 from 288 to 512, every
+    64 from 576 to 1,024, every 256 from 1,280 to 4,096 and every 512 from 4,608, up to the
+    launch's size: 1,100 captures up to 1,024, 3,000 up to 2,816."""
+    result = simulate(UserInput(model="meta-llama/Llama-3.1-8B-Instruct", device="H100", num_devices=1,
+                                engine="sglang", query_length=64, prefill_cuda_graph_max_tokens=asked))
+    assert result.cost_model["prefill_graph_tokens"] == captured
+
+
+def test_a_prompt_above_sglangs_largest_captured_size_launches_eagerly() -> None:
+    """Launched with 1,100, sglang captures up to 1,024: a 1,050-token prompt runs without graphs,
+    a 1,000-token one in them."""
+    graphed = [_graphs(simulate(UserInput(**LLAMA,
+                                          engine="sglang", query_length=tokens,
+                                          prefill_cuda_graph_max_tokens=1100)))[1] for tokens in (1000, 1050)]
+    assert graphed == [True, False]
+
+
 def test_a_plan_built_in_code_refuses_a_capture_size_below_one() -> None:
     from infercast.plan import PlanRequest, Planner
     from infercast_adapters import InfercastError

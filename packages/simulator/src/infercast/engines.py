@@ -761,8 +761,26 @@ def vllm_captured_size(tokens: int) -> int:
     return tokens // 8 * 8 if tokens < 256 else 256 + (tokens - 256) // 16 * 16
 
 
+SGLANG_CAPTURE_STEPS = ((4, 32, 4), (48, 256, 16), (288, 512, 32), (576, 1024, 64), (1280, 4096, 256), (4608, None, 512))
+"""sglang's grid of piecewise prefill sizes: (first, last, step) runs, the last one open
+(server_args.py, ``_generate_piecewise_cuda_graph_tokens`` in 0.5.9,
+``_generate_prefill_cuda_graph_batch_sizes`` in 0.5.14), each size up to the launch's largest."""
+
+
+def sglang_captured_size(tokens: int) -> int:
+    """The largest size sglang captures under ``--piecewise-cuda-graph-max-tokens tokens`` (its
+    grid, :data:`SGLANG_CAPTURE_STEPS`, keeps the sizes up to it: 3,000 captures up to 2,816;
+    0 below 4, where nothing is captured)."""
+    largest = 0
+    for first, last, step in SGLANG_CAPTURE_STEPS:
+        if tokens < first:
+            break
+        largest = first + (min(tokens, last or tokens) - first) // step * step
+    return largest
+
+
 SGLANG_PIECEWISE = PrefillGraphs(
-    since="0.5.10", max_tokens_mla=2048, flag="--piecewise-cuda-graph-max-tokens",
+    since="0.5.10", max_tokens_mla=2048, flag="--piecewise-cuda-graph-max-tokens", captured=sglang_captured_size,
     blocked_by={
         "speculative": "speculative decoding",
         "dp_attention": "DP attention",

@@ -183,7 +183,8 @@ def prefill_graph_tokens(model: CostModel, built: BuiltModel, parallel: Any, chu
     """Tokens per rank up to which a prefill forward replays piecewise CUDA graphs (0: none):
     the chunked-prefill size ``chunk``, capped where the engine captures fewer (vLLM: 512 tokens;
     sglang with MLA: 2,048) or, where given, at the launch's ``max_tokens`` instead, rounded down
-    to the engine's grid of captured sizes where it has one (vLLM's)."""
+    to the engine's grid of captured sizes (vLLM's, sglang's), which caps the default too (sglang
+    captures its chunk only where the chunk is on its grid)."""
     if prefill_graph_blockers(model, built, parallel, mode=mode):
         return 0
     policy = model.engine.prefill_graphs
@@ -191,7 +192,7 @@ def prefill_graph_tokens(model: CostModel, built: BuiltModel, parallel: Any, chu
         return min(chunk, policy.launched(max_tokens))
     default = policy.max_tokens_by_arch.get(built.architecture or "", policy.max_tokens)
     caps = (default, policy.max_tokens_mla if built.profile.attention_kind == "mla" else None)
-    return min([chunk] + [cap for cap in caps if cap])
+    return policy.launched(min([chunk] + [cap for cap in caps if cap]))
 
 
 def decode_graph_tokens(model: CostModel, max_tokens: int | None) -> int | None:

@@ -451,6 +451,72 @@ def test_a_moe_tp_the_tables_lack_is_read_from_the_nearest_one_scaled_by_the_sam
         assert at8.seconds == pytest.approx(at4.seconds * ratio)
 
 
+def test_vllms_fused_experts_rows_are_read_as_its_triton_kernel() -> None:
+    """aiconfigurator's vLLM collector labels vLLM's Triton ``fused_experts`` rows ``vllm_fused_moe``
+    (its 0.19.0 and 0.22.0 tables): they are the engine's ``triton`` rows, which a launch that
+    names its kernel reads (B200's Qwen3-235B bf16 experts at MoE TP8 are there alone)."""
+    model = CostModel(DEVICES["B200"], "vllm", moe_kernel="triton")
+    rest = ("balanced", 8, 128, 4096, 1536, 8)
+    assert model.engine_kernel("bf16", rest, ("triton",), only=True) == "triton"
+    priced = model.price(fused_moe_record(4096, 128, 4096, 192, 8, 8, "bf16"), PREFILL)
+    assert priced.source == "measured" and priced.origin.startswith("moe vllm 0.2")
+
+
+def test_vllm_runs_block_fp8_experts_on_flashinfers_trtllm_kernel_on_blackwell_and_triton_on_hopper() -> None:
+    """vLLM's FP8 MoE backend order (oracle/fp8.py) puts FlashInfer's TRT-LLM kernels first on
+    sm_100 and Triton first for block FP8 under TP on Hopper. B200's vLLM tables time MiniMax-M2.5's
+    FP8-block experts with both (Triton in 0.19.0's rows, TRT-LLM in 0.24.0's): B200 reads the
+    TRT-LLM rows, H200 the Triton ones."""
+    rest = ("balanced", 8, 256, 3072, 1536, 4)
+    b200, h200 = CostModel(DEVICES["B200"], "vllm"), CostModel(DEVICES["H200"], "vllm")
+    assert b200.tables.table("moe").grid(("fp8_block", "triton", *rest)) is not None
+    assert b200.engine_kernel("fp8_block", rest) == "trtllm"
+    assert h200.engine_kernel("fp8_block", rest) == "triton"
+    assert b200.engine.moe_kernels["bf16"] == h200.engine.moe_kernels["bf16"] == ("triton",)
+
+
+def test_a_shared_kernel_the_other_engine_does_not_time_at_both_moe_tps_keeps_the_analytic_ratio(monkeypatch) -> None:
+    """Where the other engine's tables lack the pair of rows, or hold them from two versions (each
+    tunes its tiles apart), the analytic ratio carries the row, and the origin names no other
+    engine; from one version of its own, that version's ratio."""
+    from infercast import costmodel
+    from infercast.kernels import KernelTable
+
+    key = ("fp8_block", "triton", "balanced", 8, 256, 3072, 1536)
+    tokens = (1.0, 64.0, 1024.0)
+
+    def table(origins: dict[int, str]) -> KernelTable:
+        built = KernelTable("moe")
+        for tp, origin in origins.items():
+            built.add_rows([(*key, tp, 1, t, 100.0 * t ** 0.5 / (1 if tp == 4 else 2)) for t in tokens], origin)
+        return built
+
+    def priced(versions: list[tuple[str, KernelTable]]):
+        monkeypatch.setattr("infercast.kernels.sibling_tables", lambda kind, system, engine: iter(versions))
+        costmodel._sibling_rows.cache_clear()
+        return CostModel(DEVICES["H200"], "vllm").price(fused_moe_record(64, 256, 3072, 192, 8, 8, "fp8_block"),
+                                                        PREFILL)
+
+    try:
+        analytic = priced([])
+        assert "its MoE TP 4 row x" in analytic.origin and "measures" not in analytic.origin
+        mixed = table({4: "sglang 9.9", 8: "sglang 9.8"})  # TP8 filled from another version
+        assert priced([("9.9", mixed)]).seconds == pytest.approx(analytic.seconds)
+        own = priced([("9.9", table({4: "sglang 9.9", 8: "sglang 9.9"}))])
+        assert "x0.50 for MoE TP 8, the ratio sglang 9.9 measures" in own.origin
+    finally:
+        costmodel._sibling_rows.cache_clear()
+
+
+def test_mxfp4_experts_take_no_other_engines_ratio() -> None:
+    """Both engines label their MXFP4 MoE ``triton``, but vLLM's rows time OpenAI's triton_kernels
+    and sglang's its own fused MoE: no ratio is shared for that dtype."""
+    from infercast.costmodel import SHARED_MOE_KERNELS
+
+    assert ("triton", "fp8_block") in SHARED_MOE_KERNELS and ("marlin", "w4a16") in SHARED_MOE_KERNELS
+    assert not any(dtype.startswith("mxfp4") for _, dtype in SHARED_MOE_KERNELS)
+
+
 def test_a_moe_kernel_no_other_engine_shares_is_carried_to_another_moe_tp_by_the_analytic_ratio() -> None:
     """TensorRT-LLM's H200 table times MiniMax-M2.5's FP8-block experts on its CUTLASS kernel at
     MoE TP 1, 2 and 4; no other engine's tables time that kernel, so TP8 is the TP4 row times the

@@ -17,6 +17,7 @@ counts and lengths; the MoE shape, routing and EP split; collective sizes and gr
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable
@@ -99,6 +100,8 @@ class CostModel:
                  moe_kernel: str = "auto") -> None:
         self.device = device
         self.engine = engine if isinstance(engine, Engine) else engine_named(engine)
+        if self.engine.moe_kernels_by_arch:
+            self.engine = replace(self.engine, moe_kernels=self.engine.moe_kernels_on(device.cuda_arch))
         self.moe_kernel = moe_kernel
         """``--moe-kernel``: ``auto`` (the engine's kernels, in its order, for each dtype) or the one
         family the engine was launched with, priced from that family's table rows only."""
@@ -649,39 +652,55 @@ def _nearest_moe_tp(model: CostModel, dtype: str, rest: tuple,
     return kernels[0], min(tps, key=lambda tp: (abs(math.log2(tp / target)), tps[tp], tp))
 
 
-SHARED_MOE_KERNELS: dict[str, tuple[str, ...]] = {"triton": ("sglang", "vllm"), "marlin": ("sglang", "vllm")}
-"""MoE kernel families whose code sglang and vLLM share (sglang's Triton fused MoE and its Marlin
-MoE come from vLLM's), by the engines' table folders: one engine's rows say how the other's
-kernel scales with MoE TP. Carrying a row of one to a neighbouring MoE TP (twice or half) by the
+SHARED_MOE_KERNELS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("triton", "bf16"): ("sglang", "vllm"), ("triton", "fp8_block"): ("sglang", "vllm"),
+    ("triton", "fp8"): ("sglang", "vllm"), ("marlin", "w4a16"): ("sglang", "vllm")}
+"""(MoE kernel, table dtype) whose code sglang and vLLM share (sglang's Triton fused MoE and its
+Marlin MoE come from vLLM's), by the engines' table folders: one engine's rows say how the
+other's kernel scales with MoE TP. Not MXFP4: vLLM's ``triton`` rows of it time OpenAI's
+triton_kernels, sglang's its own fused MoE, and the one's ratio predicts the other's worse than
+the analytic ratio does. Carrying a row of one to a neighbouring MoE TP (twice or half) by the
 other's measured ratio, instead of the analytic ratio (:func:`moe_shape`), cuts the median error
-over the 41,472 such pairs the H100 and H200 tables hold from 7.6% to 4.6% (vLLM's Triton rows
-from sglang's ratio: 8.6-10.6% -> 5.0% at up to 64 tokens, 7.9-10.2% -> 4.4-5.4% beyond; one
-cell of eight worse, vLLM's Marlin rows on H200 beyond 64 tokens): ``benchmarks/moe_tp_transfer.py``."""
+from 7.9% to 4.7% over the H100, H200 and B200 tables' pairs of rows, at each token count both
+time (FP8 blocks everywhere, 4.6-11.9% -> 2.1-6.0%; of the 32 cells by device, kernel and dtype,
+direction and band, 5 are worse, 3 of them INT4 Marlin on H200): ``benchmarks/moe_tp_transfer.py``."""
 
 
 def _sibling_tp_ratio(model: CostModel, dtype: str, kernel: str, rest: tuple, tp: int, coords: tuple[float, ...],
                       shape_at: Callable[[int], Callable]) -> tuple[float, str] | None:
     """(latency at ``rest``'s MoE TP / latency at ``tp``, the table that measured both) from another
-    engine's shipped tables on the same system that time ``kernel`` (:data:`SHARED_MOE_KERNELS`) for
-    these experts at both MoE TPs with EP 1 in one version (its newest such), at ``coords``; None
-    where none does. Rows of two versions are not mixed: each has its own tuned tile configurations."""
-    siblings = SHARED_MOE_KERNELS.get(kernel, ())
+    engine's shipped tables on the same system that time ``kernel`` for ``dtype``
+    (:data:`SHARED_MOE_KERNELS`) at both MoE TPs with EP 1 in one version (its newest such), at
+    ``coords``; None where none does. Rows of two versions are not mixed: each has its own tuned
+    tile configurations."""
+    siblings = SHARED_MOE_KERNELS.get((kernel, dtype), ())
     if model.tables is None or model.engine.tables not in siblings:
         return None
+    *shape, target = rest
+    keys = ((dtype, kernel, *shape, target), (dtype, kernel, *shape, tp))
+    found = _sibling_rows(model.tables.system, tuple(e for e in siblings if e != model.engine.tables), keys)
+    if found is None:
+        return None
+    table, origin = found
+    at, near = (table.query(k, coords, shape_at(t)) for k, t in zip(keys, (target, tp)))
+    if at is None or near is None or near.value <= 0:
+        return None
+    return at.value / near.value, origin
+
+
+@functools.lru_cache(maxsize=None)
+def _sibling_rows(system: str, engines: tuple[str, ...], keys: tuple[tuple, ...]):
+    """(the table, ``"<engine> <version>"``) of the first of ``engines``, newest version first,
+    whose own rows (none filled from another version) time every one of ``keys`` at EP 1; None."""
     from infercast.kernels import sibling_tables
 
-    *shape, target = rest
-    keys = [(dtype, kernel, *shape, t) for t in (target, tp)]
-    for engine in (e for e in siblings if e != model.engine.tables):
-        for version, table in sibling_tables("moe", model.tables.system, engine):
-            grids = [table.grid(k) for k in keys]
+    for engine in engines:
+        for version, table in sibling_tables("moe", system, engine):
             origin = f"{engine} {version}"
-            if any(g is None or not any(c[0] == 1 for c, _ in g.points()) for g in grids) or any(
-                    table.origin(k) != origin for k in keys):
-                continue
-            at, near = (table.query(k, coords, shape_at(t)) for k, t in zip(keys, (target, tp)))
-            if at is not None and near is not None and near.value > 0:
-                return at.value / near.value, origin
+            grids = [table.grid(k) for k in keys]
+            if all(g is not None and table.origin(k) == origin and any(c[0] == 1 for c, _ in g.points())
+                   for g, k in zip(grids, keys)):
+                return table, origin
     return None
 
 

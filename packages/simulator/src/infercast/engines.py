@@ -592,6 +592,12 @@ class Engine:
     arch_moe_runner: ArchMoERunner | None = None
     """The fused-MoE kernel the engine's defaults pick by model architecture (None: by dtype
     alone, :attr:`moe_kernels`)."""
+    moe_kernels_by_arch: Mapping[int, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)
+    """:attr:`moe_kernels` entries that a compute capability (100: Blackwell) orders otherwise."""
+
+    def moe_kernels_on(self, cuda_arch: int) -> Mapping[str, tuple[str, ...]]:
+        """:attr:`moe_kernels` on sm_``cuda_arch``."""
+        return {**self.moe_kernels, **self.moe_kernels_by_arch.get(cuda_arch, {})}
 
     def prefill_graphs_as(self, version: str | None) -> str:
         """The ``--prefill-cuda-graph`` mode that prices prefill launched as engine ``version``
@@ -879,6 +885,12 @@ register(Engine(
     moe_kernels={"w4a16": ("marlin",), "bf16": ("triton",), "fp8_block": ("triton", "flashinfer_cutlass"),
                  "fp8": ("flashinfer_cutlass", "cutlass"), "mxfp4_w4a16": ("triton", "marlin"),
                  "nvfp4": ("trtllm", "flashinfer_cutlass")},
+    # select_fp8_moe_backend tries FlashInfer's TRT-LLM kernels, its CUTLASS, DeepGEMM, then Triton (vLLM's CUTLASS
+    # left out; fused_moe/oracle/fp8.py, 0.15.1, 0.17.0, 0.19.0); from 0.17 block FP8 on Hopper puts Triton first
+    # under TP and FlashInfer's CUTLASS under EP (_get_priority_backends), which the Hopper list follows; the
+    # TRT-LLM kernels run on sm_100 only, and which routing methods each takes is not modelled
+    moe_kernels_by_arch={arch: {"fp8_block": ("trtllm", "flashinfer_cutlass", "deepgemm", "triton")}
+                         for arch in (100, 103)},
     modelopt_fp8_needs_fp8_cores="vLLM's ModelOptFp8Config needs compute capability 8.9 (get_min_capability, "
     "quantization/modelopt.py, 0.16.0), where its Fp8Config (FP8 and FP8-block checkpoints, online FP8) needs 7.5 "
     "and runs Marlin below 8.9 and compressed-tensors FP8 falls back to W8A16 Marlin",

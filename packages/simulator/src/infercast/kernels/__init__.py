@@ -34,11 +34,15 @@ def _load(kind: str, system: str, engine: str, version: str, lanes: tuple[str, .
 
 
 def sibling_tables(kind: str, system: str, engine: str) -> Iterator[tuple[str, KernelTable]]:
-    """(version, ``kind`` table) of another engine on ``system``, newest version first (each
-    loaded when reached, its gaps filled from other versions as always), for what one engine's
-    kernels share with another's."""
+    """(version, ``kind`` table) of another engine on ``system``, newest version first, for the
+    versions with a ``kind`` file of their own (each table loaded when reached, its gaps filled
+    from other versions as always), for what one engine's kernels share with another's."""
+    from infercast.engines import engine_named
+
+    lanes = engine_named(engine).attention_lanes  # as that engine's own runs load it: one cached table
     for version in aic.engine_versions(system, engine):
-        yield version, _load(kind, system, engine, version, ())
+        if aic.has_own(kind, system, engine, version):
+            yield version, _load(kind, system, engine, version, lanes)
 
 
 class MeasuredTables:

@@ -39,6 +39,11 @@ DTYPES = {"bfloat16": "bf16", "float16": "fp16", "fp8": "fp8", "fp8_block": "fp8
 
 MOE_KERNELS = ("marlin", "deepgemm", "flashinfer_cutlass", "cutlass", "trtllm", "triton")
 """Short kernel names for the MoE tables, matched in this order inside ``kernel_source``."""
+MOE_KERNEL_ALIASES = {"vllm_fused_moe": "triton"}
+"""``kernel_source`` labels naming none of :data:`MOE_KERNELS`: aiconfigurator's vLLM collector
+(``collector/vllm/collect_moe_v1.py``, vLLM 0.14 and later) times vLLM's ``fused_experts``, its
+Triton fused MoE, for bf16, FP8 and FP8-block experts as ``vllm_fused_moe`` (the tables of vLLM
+0.19.0 and 0.22.0; 0.24.0's name the kernel)."""
 
 
 def data_root() -> Path | None:
@@ -129,7 +134,7 @@ def _read(path: Path, columns: Iterable[str]) -> dict[str, list]:
 
 def _short_moe_kernel(source: str) -> str:
     low = source.lower()
-    return next((name for name in MOE_KERNELS if name in low), low)
+    return MOE_KERNEL_ALIASES.get(low) or next((name for name in MOE_KERNELS if name in low), low)
 
 
 def _pick_lane(rows_by_lane: dict[tuple, dict[str, list]], preferred: tuple[str, ...]) -> list[tuple]:
@@ -448,6 +453,11 @@ def _plan(kind_name: str, system: str, engine: str, version: str) -> list[tuple[
     return files
 
 
+def has_own(kind_name: str, system: str, engine: str, version: str) -> bool:
+    """Whether ``engine`` ``version`` ships a file of its own for the ``kind_name`` table on ``system``."""
+    return any(origin == f"{engine} {version}" for _, origin, *_ in _plan(kind_name, system, engine, version))
+
+
 def load(kind_name: str, system: str, engine: str, version: str, options: dict[str, Any] | None = None) -> KernelTable:
     """The ``kind_name`` table for ``engine`` ``version`` on ``system`` (older versions, then
     newer ones from the newest, fill the points it lacks). NCCL tables belong to the system, not
@@ -470,7 +480,7 @@ def load(kind_name: str, system: str, engine: str, version: str, options: dict[s
     return table
 
 
-CACHE_FORMAT = 7
+CACHE_FORMAT = 8
 """Bump when the conversion changes, so old cached tables are not read."""
 
 

@@ -517,6 +517,22 @@ def test_mxfp4_experts_take_no_other_engines_ratio() -> None:
     assert not any(dtype.startswith("mxfp4") for _, dtype in SHARED_MOE_KERNELS)
 
 
+def test_an_analytic_moe_takes_the_figure_of_the_first_kernel_in_the_engines_list_that_has_one() -> None:
+    """vLLM on B200 lists FlashInfer's TRT-LLM kernel first for FP8 experts, for which B200 has no
+    streaming figure: an analytically priced FP8-block MoE takes the Triton figure further down the
+    list (the generic figure, five small kernels, was about 30% fast against the TRT-LLM rows)."""
+    from infercast.analytic import kernel_time
+
+    record = fused_moe_record(16, 160, 5120, 192, 8, 8, "fp8_block")  # GLM-4.6's experts: no table row
+    model = CostModel(DEVICES["B200"], "vllm", measured=False)
+    assert model.engine.moe_kernels["fp8_block"][0] == "trtllm"
+    kernel = model.stream_kernel(record, cost_of(record))
+    assert kernel is not None and kernel.startswith("triton")
+    assert model.price(record, PREFILL).seconds == pytest.approx(
+        kernel_time(cost_of(record), DEVICES["B200"], kernel).seconds)
+    assert model.price(record, PREFILL).seconds > 1.2 * kernel_time(cost_of(record), DEVICES["B200"]).seconds
+
+
 def test_a_moe_kernel_no_other_engine_shares_is_carried_to_another_moe_tp_by_the_analytic_ratio() -> None:
     """TensorRT-LLM's H200 table times MiniMax-M2.5's FP8-block experts on its CUTLASS kernel at
     MoE TP 1, 2 and 4; no other engine's tables time that kernel, so TP8 is the TP4 row times the

@@ -345,6 +345,20 @@ def test_a_prompt_above_sglangs_largest_captured_size_launches_eagerly() -> None
     assert graphed == [True, False]
 
 
+def test_vllm_caps_a_capture_size_at_the_chunk_before_its_grid_and_sglang_does_not() -> None:
+    """vLLM builds its sizes up to min(chunk, N) and rounds that down (chunk 300, N 1,024: 288, as
+    with no N), for decode too; sglang builds its grid up to N and the chunk bounds the forwards."""
+    from infercast.costmodel import CostModel
+    from infercast.plugins import get_devices
+    from infercast.pricing import decode_graph_tokens
+
+    h100 = get_devices().get("H100")
+    vllm, sglang = CostModel(h100, "vllm"), CostModel(h100, "sglang")
+    assert decode_graph_tokens(vllm, 1024, 300) == 288 and decode_graph_tokens(vllm, 1024) == 1024
+    assert decode_graph_tokens(sglang, 1024, 300) is None
+    assert vllm.engine.prefill_graphs.clamps_to_chunk and not sglang.engine.prefill_graphs.clamps_to_chunk
+
+
 def test_a_plan_built_in_code_refuses_a_capture_size_below_one() -> None:
     from infercast.plan import PlanRequest, Planner
     from infercast_adapters import InfercastError

@@ -182,24 +182,29 @@ class CostModel:
     def stream_kernel(self, record: OpRecord, cost: OpCost) -> str | None:
         """The kernel family the engine runs a GEMM in (a dense GEMM: the engine's dense kernel
         for its dtype; a fused MoE: the kernel the engine's defaults pick for the architecture
-        (the record's ``runner``), else its first MoE kernel, behind an all-to-all only if the engine
-        keeps it there, :data:`LOCAL_EXPERT_KERNELS`), where the device has a streaming figure
-        for that family measured for this dtype, the engine's own (``family:engine``) first; else
-        None."""
+        (the record's ``runner``), else the first of its MoE kernels the device has a figure for,
+        behind an all-to-all only if the engine keeps it there, :data:`LOCAL_EXPERT_KERNELS`), where
+        the device has a streaming figure for that family measured for this dtype, the engine's
+        own (``family:engine``) first; else None."""
         if record.name in DENSE_GEMMS:
-            kernel = self.engine.dense_kernels.get(cost.kernel_dtype)
+            kernels = [self.engine.dense_kernels.get(cost.kernel_dtype)]
         elif record.name == "infercast::fused_moe":
-            kernel = (record.named.get("runner") if self.moe_kernel == "auto" else None) or next(
-                iter(self.engine.moe_kernels.get(table_dtype(cost.kernel_dtype, self.device), ())), None)
-            if record["dispatch"] == "all_to_all" and kernel not in LOCAL_EXPERT_KERNELS and self.moe_kernel == "auto":
+            runner = record.named.get("runner") if self.moe_kernel == "auto" else None
+            kernels = [runner] if runner else list(self.engine.moe_kernels.get(
+                table_dtype(cost.kernel_dtype, self.device), ()))
+            if (record["dispatch"] == "all_to_all" and self.moe_kernel == "auto"
+                    and (kernels[:1] or [None])[0] not in LOCAL_EXPERT_KERNELS):
                 return None  # behind DeepEP engines run their DeepEP MoE kernels (sglang: DeepGEMM), not this
         else:
             return None
-        if kernel is None:
-            return None
-        kernel = self.device.efficiency.stream_key(kernel, self.engine.tables)
-        stream = self.device.efficiency.streams.get(kernel)
-        return kernel if stream is not None and cost.kernel_dtype in stream.dtypes else None
+        for kernel in kernels:
+            if kernel is None:
+                continue
+            key = self.device.efficiency.stream_key(kernel, self.engine.tables)
+            stream = self.device.efficiency.streams.get(key)
+            if stream is not None and cost.kernel_dtype in stream.dtypes:
+                return key
+        return None
 
     def _price(self, record: OpRecord, phase: Phase) -> Priced:
         cost = cost_of(record)
@@ -654,9 +659,10 @@ def _nearest_moe_tp(model: CostModel, dtype: str, rest: tuple,
 
 SHARED_MOE_KERNELS: dict[tuple[str, str], tuple[str, ...]] = {
     ("triton", "bf16"): ("sglang", "vllm"), ("triton", "fp8_block"): ("sglang", "vllm"),
-    ("triton", "fp8"): ("sglang", "vllm"), ("marlin", "w4a16"): ("sglang", "vllm")}
+    ("marlin", "w4a16"): ("sglang", "vllm")}
 """(MoE kernel, table dtype) whose code sglang and vLLM share (sglang's Triton fused MoE and its
-Marlin MoE come from vLLM's), by the engines' table folders: one engine's rows say how the
+Marlin MoE come from vLLM's) and both engines' tables time (per-tensor FP8 Triton rows are
+vLLM's alone), by the engines' table folders: one engine's rows say how the
 other's kernel scales with MoE TP. Not MXFP4: vLLM's ``triton`` rows of it time OpenAI's
 triton_kernels, sglang's its own fused MoE, and the one's ratio predicts the other's worse than
 the analytic ratio does. Carrying a row of one to a neighbouring MoE TP (twice or half) by the

@@ -162,6 +162,10 @@ class PrefillGraphs:
     bounds_decode: bool = False
     """Whether a launch's capture size (``--prefill-cuda-graph-max-tokens``) also bounds decode
     graphs: vLLM builds one size list for its full decode and piecewise graphs."""
+    clamps_to_chunk: bool = False
+    """Whether the engine caps a launch's capture size at the chunk before rounding it to its grid
+    (vLLM's ``_set_cudagraph_sizes``: min(max_num_batched_tokens, size)); else the grid is built
+    up to the launch's size and the chunk only bounds the forwards (sglang)."""
     flag: str = ""
     """The launch flag that sets the capture size."""
     captured: Callable[[int], int] | None = None
@@ -767,7 +771,8 @@ def vllm_captured_size(tokens: int) -> int:
     return tokens // 8 * 8 if tokens < 256 else 256 + (tokens - 256) // 16 * 16
 
 
-SGLANG_CAPTURE_STEPS = ((4, 32, 4), (48, 256, 16), (288, 512, 32), (576, 1024, 64), (1280, 4096, 256), (4608, None, 512))
+SGLANG_CAPTURE_STEPS = ((4, 32, 4), (48, 256, 16), (288, 512, 32), (576, 1024, 64), (1280, 4096, 256),
+                        (4608, None, 512))
 """sglang's grid of piecewise prefill sizes: (first, last, step) runs, the last one open
 (server_args.py, ``_generate_piecewise_cuda_graph_tokens`` in 0.5.9,
 ``_generate_prefill_cuda_graph_batch_sizes`` in 0.5.14), each size up to the launch's largest."""
@@ -885,18 +890,20 @@ register(Engine(
     moe_kernels={"w4a16": ("marlin",), "bf16": ("triton",), "fp8_block": ("triton", "flashinfer_cutlass"),
                  "fp8": ("flashinfer_cutlass", "cutlass"), "mxfp4_w4a16": ("triton", "marlin"),
                  "nvfp4": ("trtllm", "flashinfer_cutlass")},
-    # select_fp8_moe_backend tries FlashInfer's TRT-LLM kernels, its CUTLASS, DeepGEMM, then Triton (vLLM's CUTLASS
-    # left out; fused_moe/oracle/fp8.py, 0.15.1, 0.17.0, 0.19.0); from 0.17 block FP8 on Hopper puts Triton first
-    # under TP and FlashInfer's CUTLASS under EP (_get_priority_backends), which the Hopper list follows; the
-    # TRT-LLM kernels run on sm_100 only, and which routing methods each takes is not modelled
-    moe_kernels_by_arch={arch: {"fp8_block": ("trtllm", "flashinfer_cutlass", "deepgemm", "triton")}
-                         for arch in (100, 103)},
+    # select_fp8_moe_backend tries FlashInfer's TRT-LLM kernels, its CUTLASS, DeepGEMM (block FP8), then Triton
+    # (vLLM's CUTLASS left out unless the quantization allows it; fused_moe/oracle/fp8.py, 0.15.1, 0.17.0, 0.19.0);
+    # from 0.17 block FP8 on Hopper puts Triton first under TP and FlashInfer's CUTLASS under EP
+    # (_get_priority_backends), the TP case of which the Hopper list follows; the TRT-LLM kernels run on sm_100
+    # only, FlashInfer's CUTLASS takes block FP8 on sm_90 only, and which routing methods each takes is not modelled
+    moe_kernels_by_arch={arch: {"fp8_block": ("trtllm", "flashinfer_cutlass", "deepgemm", "triton"),
+                                "fp8": ("trtllm", "flashinfer_cutlass", "cutlass", "triton")} for arch in (100, 103)},
     modelopt_fp8_needs_fp8_cores="vLLM's ModelOptFp8Config needs compute capability 8.9 (get_min_capability, "
     "quantization/modelopt.py, 0.16.0), where its Fp8Config (FP8 and FP8-block checkpoints, online FP8) needs 7.5 "
     "and runs Marlin below 8.9 and compressed-tensors FP8 falls back to W8A16 Marlin",
     custom_all_reduce=True, decode_graph_max_batch=512,
     prefill_graphs=PrefillGraphs(since=None, max_tokens_mla=None, blocked_by={}, max_tokens=512,
                                  max_tokens_by_arch={"GptOssForCausalLM": 1024}, bounds_decode=True,
+                                 clamps_to_chunk=True,
                                  flag="--max-cudagraph-capture-size", captured=vllm_captured_size,
                                  source="vLLM V1 compiles the model with torch.compile and replays piecewise CUDA "
                                  "graphs with attention left out of them as a non-CUDA-graph op (vLLM docs, "

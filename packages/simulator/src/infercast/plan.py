@@ -356,7 +356,7 @@ class Planner:
             ctx.prefill_graph_tokens = prefill_graph_tokens(self.costs, built, parallel, chunk,
                                                             mode=self.request.prefill_cuda_graph,
                                                             max_tokens=self.request.prefill_cuda_graph_max_tokens)
-            ctx.decode_graph_tokens = decode_graph_tokens(self.costs, self.request.prefill_cuda_graph_max_tokens)
+            ctx.decode_graph_tokens = decode_graph_tokens(self.costs, self.request.prefill_cuda_graph_max_tokens, chunk)
             ctx.all_reduce_fusion_tokens = all_reduce_fusion(self.costs, built, parallel,
                                                              mode=self.request.all_reduce_fusion)[0]
             ctx.kv_pool_tokens = mla_pool_cast(self.costs, built, ctx)[0]

@@ -189,19 +189,21 @@ def prefill_graph_tokens(model: CostModel, built: BuiltModel, parallel: Any, chu
         return 0
     policy = model.engine.prefill_graphs
     if max_tokens is not None:
-        return min(chunk, policy.launched(max_tokens))
+        return policy.launched(min(chunk, max_tokens)) if policy.clamps_to_chunk else min(
+            chunk, policy.launched(max_tokens))
     default = policy.max_tokens_by_arch.get(built.architecture or "", policy.max_tokens)
     caps = (default, policy.max_tokens_mla if built.profile.attention_kind == "mla" else None)
     return policy.launched(min([chunk] + [cap for cap in caps if cap]))
 
 
-def decode_graph_tokens(model: CostModel, max_tokens: int | None) -> int | None:
+def decode_graph_tokens(model: CostModel, max_tokens: int | None, chunk: int | None = None) -> int | None:
     """The most tokens per rank a decode step replays a CUDA graph for where the launch's
-    capture size ``max_tokens`` bounds decode too (vLLM), else None (the engine's batch limit)."""
+    capture size ``max_tokens`` bounds decode too (vLLM, which caps it at the ``chunk`` first),
+    else None (the engine's batch limit)."""
     policy = model.engine.prefill_graphs
     if max_tokens is None or policy is None or not policy.bounds_decode:
         return None
-    return policy.launched(max_tokens)
+    return policy.launched(min(max_tokens, chunk) if chunk and policy.clamps_to_chunk else max_tokens)
 
 
 def all_reduce_fusion(model: CostModel, built: BuiltModel, parallel: Any, *, mode: str = "auto") -> tuple[int, str]:

@@ -218,7 +218,7 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     chunk = default_chunk(device.memory_bytes, model.engine.name, device.name)
     ctx.prefill_graph_tokens = prefill_graph_tokens(model, built, parallel, chunk, mode=user.prefill_cuda_graph,
                                                     max_tokens=user.prefill_cuda_graph_max_tokens)
-    ctx.decode_graph_tokens = decode_graph_tokens(model, user.prefill_cuda_graph_max_tokens)
+    ctx.decode_graph_tokens = decode_graph_tokens(model, user.prefill_cuda_graph_max_tokens, chunk)
     ctx.all_reduce_fusion_tokens, fusion_why = all_reduce_fusion(model, built, parallel, mode=user.all_reduce_fusion)
     ctx.kv_pool_tokens, cast_why = mla_pool_cast(model, built, ctx, layers=depth)
     ctx.moe_runner, runner_why = moe_runner(model, built, ctx)

@@ -43,7 +43,8 @@ MOE_KERNEL_ALIASES = {"vllm_fused_moe": "triton"}
 """``kernel_source`` labels naming none of :data:`MOE_KERNELS`: aiconfigurator's vLLM collector
 (``collector/vllm/collect_moe_v1.py``, vLLM 0.14 and later) times vLLM's ``fused_experts``, its
 Triton fused MoE, for bf16, FP8 and FP8-block experts as ``vllm_fused_moe`` (the tables of vLLM
-0.19.0 and 0.22.0; 0.24.0's name the kernel)."""
+0.19.0 and 0.22.0, and A100's 0.14.0 bf16 rows; 0.24.0's name the kernel). Not
+``vllm_mxfp4_moe``: timed through vLLM's FusedMoE module, its kernel depends on the device."""
 
 
 def data_root() -> Path | None:

@@ -436,8 +436,12 @@ def test_sglangs_default_memory_share_follows_its_server_args_rule() -> None:
 
     assert share("0.5.14", h200) == (0.897, 512 + 8192 * 1.5 + 512 * 2 + 1024)  # 14,848 MiB kept
     assert share("0.5.14", h200, prefill_graphs=True) == (round((143771 - 14848 - 1536) / 143771, 3), 16384)
-    sizes = 8 + 14 + 8 + 8 + 12 + 8  # the captured prompt sizes up to 8,192: 4-32, 48-256, ..., 4,608-8,192
-    assert share("0.5.9", h200, prefill_graphs=True)[1] == 14848 + sizes * 8  # before 0.5.10, MLA too
+    # the captured prompt sizes: 4-32 (8), 48-256 (14), 288-512 (8), 576-1,024 (8), then 1,280-4,096
+    # (12) and 4,608-8,192 (8); before 0.5.10 MLA captures (and reserves for) up to 2,048 by default
+    assert share("0.5.9", h200, prefill_graphs=True)[1] == 14848 + (38 + 4) * 8
+    assert share("0.5.14", h200, prefill_graphs=True, mla=False)[1] == 14848 + (38 + 12 + 8) * 8
+    # launched with --piecewise-cuda-graph-max-tokens 1024: 38 sizes, 160 MiB less
+    assert share("0.5.14", h200, prefill_graphs=True, mla=False, capture_tokens=1024)[1] == 14848 + 38 * 8
     assert share("0.5.14", h100, tp=1, mla=False) == (0.835, 512 + 12288 + 256 * 2 + 128)
     assert share("0.5.14", b200, chunk=16384) == (0.852, 512 + 16384 * 1.5 + 1024 + 1024)
     assert share("0.5.14", h200, dp=8)[1] == 14848 + 512 * 8 * 3 + 512 * 8 * 1.5  # DP attention

@@ -380,13 +380,16 @@ class StaticMemory:
     source: str
 
     def default(self, version: str | None, memory_bytes: float, *, tp: int, dp: int, chunk: int,
-                prefill_graphs: bool, mla: bool, speculative: bool, vision: Any = None) -> tuple[float, float]:
+                prefill_graphs: bool, mla: bool, speculative: bool, vision: Any = None,
+                capture_tokens: int | None = None) -> tuple[float, float]:
         """(the share of each device, the MiB kept back) that sglang ``version`` (None: the
         newest) takes by default for a deployment of ``tp`` GPUs (sglang's --tp-size, DP ranks
         included) with DP attention over ``dp`` ranks, ``chunk`` prompt tokens a step, piecewise
-        prefill CUDA graphs or not, an MLA model or not, speculative decoding or not, and the
-        vision tower ``vision`` (a config with ``num_hidden_layers`` and ``hidden_size``; None
-        for a text model). The share can be zero or less where the reserve outgrows the device."""
+        prefill CUDA graphs or not (captured up to ``capture_tokens``, the launch's
+        --piecewise-cuda-graph-max-tokens, else the chunk, 2,048 with MLA), an MLA model or not,
+        speculative decoding or not, and the vision tower ``vision`` (a config with
+        ``num_hidden_layers`` and ``hidden_size``; None for a text model). The share can be zero
+        or less where the reserve outgrows the device."""
         mib = memory_bytes / 2**20
         graph_bs = 8 if mib < 20 * 1024 else (24 if tp < 4 else 80) if mib < 35 * 1024 else (
             32 if tp < 4 else 160) if mib < 60 * 1024 else (256 if tp < 4 else 512) if mib < 160 * 1024 else 512
@@ -394,8 +397,7 @@ class StaticMemory:
         if dp > 1:
             reserved += graph_bs * dp * 3 + (graph_bs * dp * 1.5 if graph_bs > 300 else 0)
         if prefill_graphs:
-            sizes = [n for n in (*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
-                                 *range(1280, 4097, 256), *range(4608, chunk + 1, 512)) if n <= chunk]
+            sizes = sglang_capture_sizes(capture_tokens or (2048 if mla else chunk))
             reserved += 1.5 * 1024 if mla and reaches(version, "0.5.10") else len(sizes) * 8
         if mib > 60 * 1024:
             reserved = max(reserved, 10 * 1024)
@@ -412,7 +414,8 @@ SGLANG_STATIC_MEMORY = StaticMemory(
     "sglang server_args.py, _handle_gpu_memory_settings (0.5.6-0.5.14): --mem-fraction-static defaults to (device "
     "MiB - reserved) / device MiB, reserved = 512 + 1.5 x max(chunk, 2,048) + 2 x the decode CUDA-graph batch (8-512 "
     "by memory and TP) + TP/8 x 1,024, plus 3 (and 1.5 above a graph batch of 300) x graph batch x DP with DP "
-    "attention, plus the piecewise prefill graphs (1.5 GiB with MLA from 0.5.10, else 8 MiB a captured size), at "
+    "attention, plus the piecewise prefill graphs (1.5 GiB with MLA from 0.5.10, else 8 MiB a captured size, up to "
+    "--piecewise-cuda-graph-max-tokens: the chunk, 2,048 with MLA, by default), at "
     "least 10 GiB above 60 GiB, plus 2 GiB (4 from 0.5.10; none from 0.5.14, which counts the draft's weights "
     "instead) for an EAGLE or MTP draft; a vision-language model's share is then scaled by 0.95 and by its vision "
     "tower's size against ViT-L/14 (adjust_mem_fraction_for_vlm)",
@@ -778,16 +781,17 @@ SGLANG_CAPTURE_STEPS = ((4, 32, 4), (48, 256, 16), (288, 512, 32), (576, 1024, 6
 ``_generate_prefill_cuda_graph_batch_sizes`` in 0.5.14), each size up to the launch's largest."""
 
 
+def sglang_capture_sizes(tokens: int) -> list[int]:
+    """The sizes sglang captures under ``--piecewise-cuda-graph-max-tokens tokens``: its grid,
+    :data:`SGLANG_CAPTURE_STEPS`, up to ``tokens``."""
+    return [size for first, last, step in SGLANG_CAPTURE_STEPS
+            for size in range(first, min(tokens, last or tokens) + 1, step)]
+
+
 def sglang_captured_size(tokens: int) -> int:
-    """The largest size sglang captures under ``--piecewise-cuda-graph-max-tokens tokens`` (its
-    grid, :data:`SGLANG_CAPTURE_STEPS`, keeps the sizes up to it: 3,000 captures up to 2,816;
-    0 below 4, where nothing is captured)."""
-    largest = 0
-    for first, last, step in SGLANG_CAPTURE_STEPS:
-        if tokens < first:
-            break
-        largest = first + (min(tokens, last or tokens) - first) // step * step
-    return largest
+    """The largest size sglang captures under ``--piecewise-cuda-graph-max-tokens tokens`` (3,000
+    captures up to 2,816; 0 below 4, where nothing is captured)."""
+    return max(sglang_capture_sizes(tokens), default=0)
 
 
 SGLANG_PIECEWISE = PrefillGraphs(

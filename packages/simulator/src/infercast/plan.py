@@ -382,7 +382,8 @@ class Planner:
         share = default_memory_share(engine_named("sglang").static_memory, version, self.device, built, ctx,
                                      self.config, speculative=speculative,
                                      chunk=chunk or self.request.serving.chunked_prefill_size,
-                                     prefill_graphs=False if disaggregated else None)[0]
+                                     prefill_graphs=False if disaggregated else None,
+                                     capture_tokens=self.request.prefill_cuda_graph_max_tokens)[0]
         return self.memory.fraction if share < self.memory.fraction else None
 
     def scattered_input(self, layout: Layout, quant: str | None, algorithm: str | None = None, *,

@@ -136,18 +136,18 @@ def scattered_attention_input(model: CostModel, built: BuiltModel, ctx: SimConte
 
 def default_memory_share(rule: StaticMemory, version: str | None, device: DeviceSpec, built: BuiltModel,
                          ctx: SimContext, config: Any, *, speculative: bool,
-                         chunk: int | None = None, prefill_graphs: bool | None = None) -> tuple[float, float]:
+                         chunk: int | None = None, prefill_graphs: bool | None = None,
+                         capture_tokens: int | None = None) -> tuple[float, float]:
     """(share of each device, MiB kept back) that the engine's ``rule`` at ``version`` takes by
     default for this deployment: sglang's --tp-size counts every GPU, DP attention where DP > 1,
     its default prompt chunk unless ``chunk``, prefill CUDA graphs where ``ctx`` captures them
-    (``prefill_graphs`` where given: a disaggregated pool captures none), the vision tower of a
-    vision-language ``config``."""
+    (``prefill_graphs`` where given: a disaggregated pool captures none; up to the launch's
+    ``capture_tokens`` where given), the vision tower of a vision-language ``config``."""
     vision = getattr(config, "vision_config", None) if built.sim.vision is not None else None
     return rule.default(version, device.memory_bytes, tp=ctx.parallel.num_devices, dp=ctx.parallel.dp,
                         chunk=chunk or default_chunk(device.memory_bytes, "sglang", device.name),
                         prefill_graphs=ctx.prefill_graph_tokens > 0 if prefill_graphs is None else prefill_graphs,
-                        mla=has_mla(built),
-                        speculative=speculative, vision=vision)
+                        mla=has_mla(built), speculative=speculative, vision=vision, capture_tokens=capture_tokens)
 
 
 def standard_dispatch_reason(model: CostModel, ctx: SimContext, mode: str = "auto") -> str:

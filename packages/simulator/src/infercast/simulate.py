@@ -288,7 +288,8 @@ def simulate(user: UserInput, *, manager=None, devices=None) -> SimResult:
     rule = model.engine.static_memory
     if rule is not None and user.mem_fraction_static is None:
         share, reserved = default_memory_share(rule, model.engine_version, device, built, ctx, config,
-                                               speculative=spec is not None)
+                                               speculative=spec is not None,
+                                               capture_tokens=user.prefill_cuda_graph_max_tokens)
         if share < ctx.memory.fraction:
             used, engine = ctx.memory.fraction, f"{model.engine.name} {model.engine_version or ''}".strip()
             kept = f"{reserved / 1024:.1f} GiB kept for activations and CUDA graphs" + (

@@ -397,7 +397,7 @@ class StaticMemory:
         if dp > 1:
             reserved += graph_bs * dp * 3 + (graph_bs * dp * 1.5 if graph_bs > 300 else 0)
         if prefill_graphs:
-            sizes = sglang_capture_sizes(capture_tokens or (2048 if mla else chunk))
+            sizes = sglang_capture_sizes(capture_tokens or (SGLANG_PIECEWISE.max_tokens_mla if mla else chunk))
             reserved += 1.5 * 1024 if mla and reaches(version, "0.5.10") else len(sizes) * 8
         if mib > 60 * 1024:
             reserved = max(reserved, 10 * 1024)
